@@ -1,0 +1,1 @@
+"""lab: transformer experiments with Lightning and Hydra."""

@@ -1,0 +1,55 @@
+"""Training throughput: tokens/s per device and global, and MFU on GPUs with known peak FLOPs."""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+
+# Dense bf16 peak FLOP/s (no sparsity), by substring of torch.cuda.get_device_name().
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "L4": 121e12, "V100": 125e12}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+
+class Throughput(L.Callback):
+    """Logs perf/tokens_per_s (this device), perf/tokens_per_s_global (all devices) and perf/mfu every
+    `every_n_batches` training batches, measured between batches so data loading counts, and validation
+    does not. FLOPs per token = 6 * active params + 12 * layers * d_model * seq_len (PaLM appendix B)."""
+
+    def __init__(self, every_n_batches: int = 10):
+        self.every = every_n_batches
+        self._t0: float | None = None
+        self._tokens = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._t0 is None:
+            self._t0, self._tokens, self._batches = time.perf_counter(), 0, 0
+            self._seq_len = batch[0].shape[-1]
+        self._tokens += pl_module.count_tokens(batch)
+        self._batches += 1
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self._t0 is None or self._batches < self.every:
+            return
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - self._t0
+        per_device = self._tokens / elapsed
+        metrics = {"perf/tokens_per_s": per_device, "perf/tokens_per_s_global": per_device * trainer.world_size}
+        peak = peak_flops(pl_module.device)
+        cfg = getattr(pl_module.model, "cfg", None)
+        if peak and cfg is not None:
+            active = pl_module.parameter_counts()["active"]
+            flops_per_token = 6 * active + 12 * cfg.n_layers * cfg.d_model * self._seq_len
+            metrics["perf/mfu"] = per_device * flops_per_token / peak
+        pl_module.log_dict(metrics, on_step=True, on_epoch=False)
+        self._t0 = None
+
+    def on_validation_start(self, trainer, pl_module):
+        self._t0 = None  # restart the window after validation

@@ -1,0 +1,55 @@
+"""What every entry point shares: one clear message for user mistakes, the config tree, quiet imports."""
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import warnings
+
+from lab.errors import LabError
+from lab.nn.config import ConfigError
+
+log = logging.getLogger("lab")
+USER_ERRORS = (LabError, ConfigError)
+
+
+def user_errors_exit(fn):
+    """Run an entry point; a LabError/ConfigError prints one line and exits 2 instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            log.error("%s", e)
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper
+
+
+def quiet_warnings() -> None:
+    """Silence known-harmless library warnings that would bury the useful output."""
+    for pattern in (
+        ".*does not have many workers.*",
+        ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
+        ".*The number of training batches.*is smaller than the logging interval.*",
+        ".*Checkpoint directory .* exists and is not empty.*",
+    ):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def print_config_tree(cfg, fields_first=("task", "model", "data", "trainer", "callbacks", "logger", "paths")) -> None:
+    """The resolved config as a rich tree (rank zero only; callers check)."""
+    import rich  # noqa: PLC0415
+    import rich.syntax  # noqa: PLC0415
+    import rich.tree  # noqa: PLC0415
+    from omegaconf import OmegaConf  # noqa: PLC0415
+
+    tree = rich.tree.Tree("config", guide_style="dim")
+    keys = [k for k in fields_first if k in cfg] + [k for k in cfg if k not in fields_first]
+    for key in keys:
+        value = cfg[key]
+        text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
+        tree.add(key, style="bold").add(rich.syntax.Syntax(text, "yaml", background_color="default"))
+    rich.print(tree)

@@ -1,0 +1,1 @@
+"""LightningDataModules, corpus sources, tokenizers. Never imports lab.models or lab.tasks."""

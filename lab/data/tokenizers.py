@@ -1,0 +1,136 @@
+"""Tokenizers: character level, byte-level BPE and WordPiece (the latter two trained with `tokenizers`).
+
+All share one interface (encode, decode, vocab_size, token_id, to_json) and serialise to a JSON string,
+which checkpoints embed so inference never needs the training data.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from lab.errors import DataError
+
+KINDS = ("char", "bpe", "wordpiece")
+
+
+class CharTokenizer:
+    """One id per character seen in training; unseen characters map to the first special token if any."""
+
+    kind = "char"
+
+    def __init__(self, chars: list[str], special_tokens: list[str]):
+        self.special_tokens = list(special_tokens)
+        self.itos = self.special_tokens + list(chars)
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+        self.unk = self.stoi.get("[UNK]", 0)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int | None = None) -> "CharTokenizer":
+        chars: set[str] = set()
+        for t in texts:
+            chars.update(t)
+        return cls(sorted(chars), special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def token_id(self, token: str) -> int | None:
+        return self.stoi.get(token) if token in self.special_tokens else None
+
+    def encode(self, text: str) -> list[int]:
+        stoi, unk = self.stoi, self.unk
+        return [stoi.get(c, unk) for c in text]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        n = len(self.special_tokens) if skip_special else 0
+        return "".join(self.itos[i] for i in ids if i >= n)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": "char", "chars": self.itos[len(self.special_tokens) :], "special_tokens": self.special_tokens})
+
+
+class HFTokenizer:
+    """A trained `tokenizers.Tokenizer` (byte-level BPE or WordPiece)."""
+
+    def __init__(self, backend, kind: str, special_tokens: list[str]):
+        self.backend, self.kind, self.special_tokens = backend, kind, list(special_tokens)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int, kind: str = "bpe") -> "HFTokenizer":
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+        if kind == "bpe":  # GPT-2 style: bytes, so nothing is ever unknown
+            tok = Tokenizer(models.BPE())
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = decoders.ByteLevel()
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                special_tokens=special_tokens,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                min_frequency=2,
+                show_progress=False,
+            )
+        else:  # BERT style
+            tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+            tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tok.decoder = decoders.WordPiece()
+            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False)
+        tok.train_from_iterator(texts, trainer)
+        return cls(tok, kind, special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def token_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "backend": self.backend.to_str(), "special_tokens": self.special_tokens})
+
+
+Tok = CharTokenizer | HFTokenizer
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], special_tokens: list[str], vocab_size: int) -> Tok:
+    if kind not in KINDS:
+        raise DataError(f"data.tokenizer={kind!r} is not supported; choose one of {', '.join(KINDS)}")
+    if kind == "char":
+        return CharTokenizer.train(texts, special_tokens)
+    return HFTokenizer.train(texts, special_tokens, vocab_size, kind)
+
+
+def tokenizer_from_json(data: str) -> Tok:
+    d = json.loads(data)
+    if d["kind"] == "char":
+        return CharTokenizer(d["chars"], d["special_tokens"])
+    from tokenizers import Tokenizer
+
+    return HFTokenizer(Tokenizer.from_str(d["backend"]), d["kind"], d["special_tokens"])
+
+
+def load_or_train(path: Path, kind: str, texts: Iterator[str] | Iterable[str], special_tokens: list[str], vocab_size: int) -> Tok:
+    """Cached by path; the caller keys the path by corpus fingerprint and tokenizer settings."""
+    if path.exists():
+        try:
+            return tokenizer_from_json(path.read_text())
+        except (ValueError, KeyError, Exception) as e:  # noqa: BLE001 - any parse failure means a bad cache file
+            raise DataError(f"cached tokenizer {path} is unreadable ({e}); delete it and run again") from e
+    tok = train_tokenizer(kind, texts, special_tokens, vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(tok.to_json())
+    tmp.rename(path)
+    return tok

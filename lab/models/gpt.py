@@ -1,0 +1,34 @@
+"""GPT: a decoder-only language model built from the shared core."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, init_weights
+
+
+class GPT(nn.Module):
+    """Token + position embedding -> causal transformer stack -> linear head over the vocabulary."""
+
+    def __init__(self, vocab_size: int, **arch):
+        super().__init__()
+        self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
+        self.vocab_size = vocab_size
+        self.embed = Embeddings(vocab_size, cfg)
+        self.decoder = TransformerStack(cfg, causal=True)
+        self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        init_weights(self, cfg.init_std, cfg.n_layers)
+        if cfg.tie_embeddings:  # after init, so both names share one tensor
+            self.lm_head.weight = self.embed.tokens.weight
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.cfg.max_seq_len
+
+    def new_caches(self, batch: int) -> list[KVCache]:
+        return self.decoder.new_caches(batch)
+
+    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """ids: [B, T] -> logits [B, T, V]. With caches, ids continue the cached sequence."""
+        start = caches[0].length if caches is not None else 0
+        return self.lm_head(self.decoder(self.embed(ids, start), caches=caches))

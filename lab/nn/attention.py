@@ -1,0 +1,120 @@
+"""Multi-head attention on F.scaled_dot_product_attention, with masks and a KV cache.
+
+Mask convention everywhere in lab.nn: boolean, True = "may attend" (SDPA's convention).
+A key padding mask is [B, S] with True on real tokens; attention broadcasts it to [B, 1, 1, S].
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lab.nn.positions import RotaryEmbedding
+
+
+class KVCache:
+    """Keys and values of one attention layer, preallocated to max_len so decoding appends in place.
+
+    Self-attention appends one step at a time; cross-attention stores the projected encoder memory once.
+    """
+
+    def __init__(self, batch: int, n_heads: int, head_dim: int, max_len: int, dtype: torch.dtype, device):
+        self.k = torch.empty(batch, n_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: [B, H, T, hd] -> all keys/values so far, [B, H, length, hd]."""
+        start, end = self.length, self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select batch rows (beam search keeps the surviving beams' histories)."""
+        self.k = self.k.index_select(0, index)
+        self.v = self.v.index_select(0, index)
+
+
+def causal_mask(q_len: int, k_len: int, device) -> torch.Tensor:
+    """[q_len, k_len] bool; query i (the last q_len of k_len positions) sees keys <= its own position."""
+    offset = k_len - q_len
+    return torch.arange(q_len, device=device)[:, None] + offset >= torch.arange(k_len, device=device)[None, :]
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention (queries, keys, values from x) or cross-attention (keys, values from memory)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rotary: RotaryEmbedding | None = None,
+        cross: bool = False,
+    ):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # one matmul for q, k, v
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj.is_residual_proj = True
+        self.rotary = None if cross else rotary  # source and target positions are unrelated
+        self.dropout = dropout
+
+    def _heads(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+        B, T, _ = x.shape  # [B, T, n*D] -> n x [B, H, T, hd]
+        return x.view(B, T, n, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x: [B, T, D]; memory: [B, S, D] (cross only); mask: bool broadcastable to [B, H, T, S]."""
+        B, T, D = x.shape
+        if self.cross:
+            (q,) = self._heads(self.q_proj(x), 1)
+            if cache is not None and cache.length:
+                k, v = cache.view()  # encoder memory projected once per source sentence
+            else:
+                k, v = self._heads(self.kv_proj(memory), 2)
+                if cache is not None:
+                    k, v = cache.append(k, v)
+        else:
+            q, k, v = self._heads(self.qkv_proj(x), 3)
+            start = cache.length if cache is not None else 0
+            if self.rotary is not None:
+                q, k = self.rotary(q, start), self.rotary(k, start)
+            if cache is not None:
+                k, v = cache.append(k, v)
+
+        use_is_causal = False
+        if is_causal and T > 1:  # a single new query may see every cached key: no mask needed
+            if mask is None and k.shape[2] == T:
+                use_is_causal = True
+            else:
+                causal = causal_mask(T, k.shape[2], x.device)
+                mask = causal if mask is None else mask & causal
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=use_is_causal
+        )  # [B, H, T, hd]
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, D))

@@ -1,0 +1,165 @@
+"""Residual blocks, stacks of them, and the token+position embedding that feeds a stack."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lab.nn.attention import KVCache, MultiHeadAttention
+from lab.nn.config import ConfigError, TransformerConfig
+from lab.nn.ffn import make_ffn
+from lab.nn.norms import make_norm
+from lab.nn.positions import LearnedPositions, RotaryEmbedding, make_absolute_positions
+
+
+class Block(nn.Module):
+    """Self-attention, optional cross-attention, feed-forward; each a residual sublayer.
+
+    pre-norm:  x + f(norm(x))   (GPT-2; stable without warmup tricks, needs a final norm)
+    post-norm: norm(x + f(x))   (Vaswani et al.)
+    The block receives its parts; it never decides what kind they are.
+    """
+
+    def __init__(
+        self,
+        self_attn: MultiHeadAttention,
+        ffn: nn.Module,
+        norms: list[nn.Module],
+        pre_norm: bool,
+        dropout: float = 0.0,
+        cross_attn: MultiHeadAttention | None = None,
+    ):
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ffn = self_attn, cross_attn, ffn
+        self.norm_attn = norms[0]
+        self.norm_cross = norms[1] if cross_attn is not None else None
+        self.norm_ffn = norms[-1]
+        self.pre_norm = pre_norm
+        self.dropout = dropout
+
+    def _residual(self, x: torch.Tensor, norm: nn.Module, f, **kwargs) -> torch.Tensor:
+        y = f(norm(x) if self.pre_norm else x, **kwargs)
+        if self.dropout and self.training:  # a plain branch: decoding is per-call overhead bound
+            y = F.dropout(y, self.dropout)
+        return x + y if self.pre_norm else norm(x + y)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, D]
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        memory: torch.Tensor | None = None,  # [B, S, D]
+        memory_mask: torch.Tensor | None = None,
+        memory_cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        x = self._residual(x, self.norm_attn, self.self_attn, mask=mask, is_causal=is_causal, cache=cache)
+        if self.cross_attn is not None:
+            x = self._residual(x, self.norm_cross, self.cross_attn, memory=memory, mask=memory_mask, cache=memory_cache)
+        return self._residual(x, self.norm_ffn, self.ffn)
+
+
+def make_feed_forward(cfg: TransformerConfig) -> nn.Module:
+    """The dense FFN, or a mixture of experts when cfg.moe is set."""
+    if cfg.moe:
+        from lab.nn.moe import make_moe  # noqa: PLC0415 - only MoE models pay for it
+
+        return make_moe(cfg)
+    return make_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.bias, cfg.dropout)
+
+
+def make_block(cfg: TransformerConfig, rotary: RotaryEmbedding | None, cross_attention: bool) -> Block:
+    attn = lambda cross: MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross)  # noqa: E731
+    n_sublayers = 3 if cross_attention else 2
+    return Block(
+        self_attn=attn(False),
+        ffn=make_feed_forward(cfg),
+        norms=[make_norm(cfg.norm, cfg.d_model, cfg.bias) for _ in range(n_sublayers)],
+        pre_norm=cfg.norm_placement == "pre",
+        dropout=cfg.dropout,
+        cross_attn=attn(True) if cross_attention else None,
+    )
+
+
+class TransformerStack(nn.Module):
+    """n blocks and, for pre-norm, the final norm. causal=True for decoders; cross_attention for seq2seq."""
+
+    def __init__(self, cfg: TransformerConfig, causal: bool, cross_attention: bool = False):
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len) if cfg.positions == "rotary" else None
+        self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention) for _ in range(cfg.n_layers))
+        pre = cfg.norm_placement == "pre"
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias) if pre else nn.Identity()
+
+    def new_caches(self, batch: int, max_len: int | None = None, like: torch.Tensor | None = None) -> list[KVCache]:
+        """One self-attention cache per layer, sized for max_len positions (default: the context window)."""
+        p = next(self.parameters()) if like is None else like
+        max_len = max_len or self.cfg.max_seq_len
+        return [KVCache(batch, self.cfg.n_heads, self.cfg.head_dim, max_len, p.dtype, p.device) for _ in self.layers]
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, D]
+        padding_mask: torch.Tensor | None = None,  # [B, T or cached length], True = real token
+        caches: list[KVCache] | None = None,
+        memory: torch.Tensor | None = None,  # [B, S, D]
+        memory_padding_mask: torch.Tensor | None = None,  # [B, S]
+        memory_caches: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        mask = padding_mask[:, None, None, :] if padding_mask is not None else None
+        memory_mask = memory_padding_mask[:, None, None, :] if memory_padding_mask is not None else None
+        for i, layer in enumerate(self.layers):
+            x = layer(
+                x,
+                mask,
+                self.causal,
+                caches[i] if caches is not None else None,
+                memory,
+                memory_mask,
+                memory_caches[i] if memory_caches is not None else None,
+            )
+        return self.final_norm(x)
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally scaled by sqrt(d)) plus absolute positions, then dropout."""
+
+    def __init__(self, vocab_size: int, cfg: TransformerConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, cfg.d_model)
+        self.positions = make_absolute_positions(cfg.positions, cfg.max_seq_len, cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.max_len = cfg.max_seq_len
+        self.dropout = cfg.dropout
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:  # [B, T] -> [B, T, D]
+        T = ids.shape[1]
+        if start + T > self.max_len:
+            raise ConfigError(
+                f"sequence of {start + T} tokens is longer than model.max_seq_len={self.max_len}; "
+                "raise model.max_seq_len or shorten the input"
+            )
+        x = self.tokens(ids)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.positions is not None:
+            x = x + self.positions(start, T)
+        return F.dropout(x, self.dropout) if self.dropout and self.training else x
+
+
+def init_weights(module: nn.Module, std: float, n_residual_layers: int) -> None:
+    """GPT-2 init: N(0, std) everywhere, residual output projections N(0, std/sqrt(2L)) so the residual
+    stream's variance does not grow with depth; zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            scale = math.sqrt(2 * n_residual_layers) if getattr(m, "is_residual_proj", False) else 1.0
+            nn.init.normal_(m.weight, mean=0.0, std=std / scale)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+        elif isinstance(m, LearnedPositions):
+            nn.init.normal_(m.weight, mean=0.0, std=std)

@@ -1,0 +1,96 @@
+"""Typed architecture config shared by every model built from the core."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the field and the fix."""
+
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("pre", "post")
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+FFN_KINDS = ("relu", "gelu", "swiglu")
+
+
+@dataclass
+class TransformerConfig:
+    """Every architectural choice of a transformer stack, as one flat record.
+
+    GPT-2 layout: pre-norm, layernorm, learned positions, gelu, tied embeddings.
+    "Attention Is All You Need" layout: post-norm, layernorm, sinusoidal positions, relu,
+    scale_embeddings=True.
+    """
+
+    d_model: int = 128
+    """Width of the residual stream."""
+    n_layers: int = 4
+    """Number of blocks in the stack (per side for an encoder-decoder)."""
+    n_heads: int = 4
+    """Attention heads; must divide d_model."""
+    d_ff: int | None = None
+    """Hidden width of the feed-forward block. None: 4*d_model, or 8/3*d_model (rounded to 64) for swiglu,
+    which keeps the parameter count of the 4x two-matrix FFN."""
+    dropout: float = 0.0
+    """Dropout on embeddings, attention weights and residual branches."""
+    bias: bool = True
+    """Bias in linear layers and LayerNorm."""
+    norm: str = "layernorm"
+    """layernorm | rmsnorm."""
+    norm_placement: str = "pre"
+    """pre: x + f(norm(x)) with a final norm (GPT-2); post: norm(x + f(x)) (Vaswani et al.)."""
+    positions: str = "learned"
+    """learned | sinusoidal (added to embeddings) | rotary (applied to queries/keys) | none."""
+    ffn: str = "gelu"
+    """relu | gelu | swiglu."""
+    max_seq_len: int = 256
+    """Longest sequence the position tables and KV caches hold."""
+    tie_embeddings: bool = True
+    """Share the token embedding matrix with the output projection."""
+    scale_embeddings: bool = False
+    """Multiply token embeddings by sqrt(d_model) (Vaswani et al. 3.4)."""
+    init_std: float = 0.02
+    """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
+    moe: dict[str, Any] | None = None
+    """Mixture-of-experts settings replacing the dense FFN (see lab.nn.moe); None for dense."""
+
+    def __post_init__(self) -> None:
+        def check(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+            if value not in allowed:
+                raise ConfigError(f"model.{name}={value!r} is not supported; choose one of {', '.join(allowed)}")
+
+        check("norm", self.norm, NORMS)
+        check("norm_placement", self.norm_placement, NORM_PLACEMENTS)
+        check("positions", self.positions, POSITIONS)
+        check("ffn", self.ffn, FFN_KINDS)
+        for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
+                "pick n_heads that divides d_model"
+            )
+        if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
+            raise ConfigError("rotary positions need an even head size (d_model / n_heads)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "TransformerConfig":
+        """Build from a model config's fields; unknown fields get one clear error instead of a TypeError."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown model field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
+        return cls(**kwargs)

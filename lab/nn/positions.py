@@ -1,0 +1,64 @@
+"""Position information: absolute tables added to embeddings, or rotary applied to queries/keys."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_table(max_len: int, dim: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...)  (Vaswani et al. 3.5)."""
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(max_len, dim)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq[: dim // 2])
+    return table
+
+
+class LearnedPositions(nn.Module):
+    def __init__(self, max_len: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_len, dim))
+
+    def forward(self, start: int, length: int) -> torch.Tensor:  # [T, D]
+        return self.weight[start : start + length]
+
+
+class SinusoidalPositions(nn.Module):
+    def __init__(self, max_len: int, dim: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_len, dim), persistent=False)
+
+    def forward(self, start: int, length: int) -> torch.Tensor:  # [T, D]
+        return self.table[start : start + length]
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al. 2021): rotate each (even, odd) pair of q/k features by a position-dependent angle,
+    so q·k depends only on the relative offset. Shared by every attention layer of a stack."""
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # [L, hd/2]
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x: [B, H, T, hd] -> same shape, rotated for positions start..start+T-1."""
+        T = x.shape[-2]
+        cos = self.cos[start : start + T].to(x.dtype)
+        sin = self.sin[start : start + T].to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return rotated.flatten(-2)
+
+
+def make_absolute_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
+    if kind == "learned":
+        return LearnedPositions(max_len, dim)
+    if kind == "sinusoidal":
+        return SinusoidalPositions(max_len, dim)
+    return None  # rotary lives in attention; none means no position signal

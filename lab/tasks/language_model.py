@@ -1,0 +1,69 @@
+"""Next-token language modelling."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from lab.models.decoding import generate
+from lab.tasks.base import Task
+
+
+class LanguageModelTask(Task):
+    """Cross-entropy on next tokens. Validation reports loss (nats/token), perplexity and bits per byte:
+    loss * tokens_per_byte / ln 2, comparable across tokenizers because it is per byte of raw text."""
+
+    def __init__(self, model, optimizer, scheduler=None, samples: dict | None = None):
+        """samples: {prompts, max_new_tokens, temperature, top_k, top_p}, generated after every validation."""
+        super().__init__(model, optimizer, scheduler)
+        self.samples = dict(samples or {})
+        self.val_loss = MeanMetric()
+
+    def _loss(self, batch) -> torch.Tensor:
+        x, y = batch  # [B, T], [B, T]
+        logits = self.model(x)  # [B, T, V]
+        return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        aux = self.aux_loss("train")
+        self.log("train/loss", loss, prog_bar=True)
+        return loss + aux
+
+    def validation_step(self, batch, batch_idx):
+        self.val_loss.update(self._loss(batch), weight=batch[1].numel())
+
+    test_step = validation_step
+
+    def _log_eval(self, stage: str) -> None:
+        loss = self.val_loss.compute()  # synced across processes by torchmetrics
+        self.val_loss.reset()
+        tokens_per_byte = getattr(self.trainer.datamodule, "val_tokens_per_byte", None)
+        metrics = {f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss)}
+        if tokens_per_byte:
+            metrics[f"{stage}/bpb"] = loss * tokens_per_byte / math.log(2)
+        self.log_dict(metrics, prog_bar=stage == "val", sync_dist=False)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val")
+        if self.samples and not self.trainer.sanity_checking:
+            self.log_samples()
+
+    def log_samples(self) -> None:
+        tok = self.trainer.datamodule.tokenizer
+        settings = {k: v for k, v in self.samples.items() if k != "prompts"}
+        rows = [[p, tok.decode(self.sample(tok.encode(p), **settings))] for p in self.samples.get("prompts", ["\n"])]
+        self.log_examples("samples", ["prompt", "text"], rows)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test")
+
+    def sample(self, prompt_ids: list[int], max_new_tokens: int, **sampling) -> list[int]:
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        was_training = self.model.training
+        self.model.eval()
+        out = generate(self.model, ids, max_new_tokens, **sampling)
+        self.model.train(was_training)
+        return out[0].tolist()

@@ -1,0 +1,67 @@
+"""Shared test helpers: run the CLI in a subprocess, read what a run wrote."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+# A small, fast slice of the real corpus: 4 plays for training, 1 held out, character level.
+TINY_LM = [
+    "+experiment=gpt_nano_char",
+    "data.corpus.max_works=4",
+    "data.corpus.val_works=[tempest]",
+    "data.eval_batches=2",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=10",
+    "trainer.log_every_n_steps=1",
+    "logger.wandb.mode=disabled",
+    "task.samples.max_new_tokens=16",
+]
+
+
+def run_module(module: str, args: list[str], runs_dir: Path, timeout: int = 300, env: dict | None = None):
+    """python -m <module> <args> in a subprocess with runs under runs_dir; returns CompletedProcess."""
+    full_env = {**os.environ, "LAB_RUNS_DIR": str(runs_dir), "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def train(args: list[str], runs_dir: Path, **kw):
+    result = run_module("lab.train", args, runs_dir, **kw)
+    assert result.returncode == 0, f"lab.train failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def run_dirs(runs_dir: Path) -> list[Path]:
+    """Every run directory (one with a config.yaml) under runs_dir, oldest first."""
+    return sorted((p.parent for p in runs_dir.rglob("config.yaml") if ".hydra" not in p.parts), key=lambda p: p.stat().st_mtime)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def metric_by_step(rows: list[dict[str, str]], name: str) -> dict[int, float]:
+    return {int(r["step"]): float(r[name]) for r in rows if r.get(name)}
+
+
+@pytest.fixture(scope="session")
+def compose():
+    """compose(overrides) -> resolved-able DictConfig of conf/train.yaml, without running anything."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    def _compose(overrides: list[str], config_name: str = "train"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return hydra_compose(config_name, overrides=overrides, return_hydra_config=True)
+
+    return _compose

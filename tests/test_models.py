@@ -1,0 +1,107 @@
+"""Model variants, init and generation."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from lab.models.decoding import generate, sample_next
+from lab.models.gpt import GPT
+from lab.nn import ConfigError, TransformerConfig
+from lab.nn.params import count_parameters
+
+VARIANTS = list(itertools.product(["pre", "post"], ["learned", "sinusoidal", "rotary"], ["relu", "gelu", "swiglu"], ["layernorm", "rmsnorm"]))
+
+
+@pytest.mark.parametrize("placement,positions,ffn,norm", VARIANTS, ids=["-".join(v) for v in VARIANTS])
+def test_every_variant_runs_forward_and_backward(placement, positions, ffn, norm):
+    torch.manual_seed(0)
+    model = GPT(vocab_size=40, d_model=32, n_layers=2, n_heads=4, max_seq_len=16,
+                norm_placement=placement, positions=positions, ffn=ffn, norm=norm)
+    ids = torch.randint(0, 40, (2, 16))
+    logits = model(ids)
+    assert logits.shape == (2, 16, 40)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, f"parameters without a finite gradient: {missing}"
+
+
+def test_seed_and_gpt2_layouts_are_expressible():
+    vaswani = GPT(vocab_size=40, d_model=32, n_heads=4, n_layers=2, norm_placement="post", positions="sinusoidal",
+                  ffn="relu", scale_embeddings=True, tie_embeddings=False)
+    gpt2 = GPT(vocab_size=40, d_model=32, n_heads=4, n_layers=2)
+    assert not any(n.startswith("embed.positions") for n, _ in vaswani.named_parameters())  # fixed table
+    assert isinstance(vaswani.decoder.final_norm, torch.nn.Identity)  # post-norm: no final norm
+    assert gpt2.lm_head.weight is gpt2.embed.tokens.weight  # tied
+    assert vaswani.lm_head.weight is not vaswani.embed.tokens.weight
+
+
+def test_gpt2_init_scales_residual_projections_by_depth():
+    torch.manual_seed(0)
+    model = GPT(vocab_size=100, d_model=256, n_heads=4, n_layers=8)
+    block = model.decoder.layers[0]
+    assert math.isclose(block.self_attn.qkv_proj.weight.std().item(), 0.02, rel_tol=0.05)
+    assert math.isclose(block.self_attn.out_proj.weight.std().item(), 0.02 / math.sqrt(16), rel_tol=0.05)
+    assert math.isclose(block.ffn.down.weight.std().item(), 0.02 / math.sqrt(16), rel_tol=0.05)
+
+
+def test_swiglu_default_hidden_keeps_parameter_count():
+    gelu = count_parameters(GPT(vocab_size=10, d_model=192, n_heads=4, n_layers=1, ffn="gelu", bias=False))["total"]
+    swiglu = count_parameters(GPT(vocab_size=10, d_model=192, n_heads=4, n_layers=1, ffn="swiglu", bias=False))["total"]
+    assert abs(gelu - swiglu) / gelu < 0.02
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("norm", "batchnorm", "model.norm='batchnorm' is not supported"),
+    ("n_heads", 5, "not divisible by model.n_heads=5"),
+    ("positions", "alibi", "choose one of learned, sinusoidal, rotary, none"),
+    ("dropout", 1.5, "model.dropout must be in"),
+])
+def test_bad_architecture_values_name_the_field(field, value, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        TransformerConfig.from_kwargs(**{"d_model": 40, "n_heads": 4, field: value})
+
+
+def test_unknown_model_field_is_refused_with_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown model field.*n_layer.*known fields"):
+        TransformerConfig.from_kwargs(n_layer=3)
+
+
+def test_input_longer_than_context_is_a_clear_error():
+    model = GPT(vocab_size=10, d_model=16, n_heads=2, n_layers=1, max_seq_len=8)
+    with pytest.raises(ConfigError, match="longer than model.max_seq_len=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_top_k_and_top_p_keep_exactly_the_allowed_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    draws = lambda **kw: {int(sample_next(logits, 1.0, generator=torch.Generator().manual_seed(s), **kw)) for s in range(300)}  # noqa: E731
+    assert draws(top_k=2) == {0, 1}
+    assert draws(top_p=0.7) == {0, 1}  # 0.5 < 0.7 <= 0.8: the nucleus is the first two
+    assert draws(top_p=0.5) == {0}
+    assert int(sample_next(logits, temperature=0)) == 0
+
+
+@pytest.mark.parametrize("positions", ["learned", "rotary"])
+def test_cached_generation_equals_recomputation_past_the_window(positions):
+    """Past the context window both modes slide the same way, so greedy tokens are identical."""
+    torch.manual_seed(0)
+    model = GPT(vocab_size=30, d_model=32, n_heads=4, n_layers=2, max_seq_len=16, positions=positions).eval()
+    prompt = torch.randint(0, 30, (2, 5))
+    cached = generate(model, prompt, 40, temperature=0, use_cache=True)
+    full = generate(model, prompt, 40, temperature=0, use_cache=False)
+    assert cached.shape == (2, 45)
+    assert torch.equal(cached, full)
+
+
+def test_generation_stops_rows_at_eos():
+    torch.manual_seed(0)
+    model = GPT(vocab_size=5, d_model=16, n_heads=2, n_layers=1, max_seq_len=32).eval()
+    out = generate(model, torch.zeros(3, 1, dtype=torch.long), 20, temperature=1.0, eos_id=4,
+                   generator=torch.Generator().manual_seed(0))
+    for row in out.tolist():
+        if 4 in row:
+            assert all(t == 4 for t in row[row.index(4):]), "tokens after EOS must stay EOS"
