@@ -48,7 +48,13 @@ def train(cfg: DictConfig) -> float | None:
     datamodule.setup("fit")
     model = build_model(cfg.model, datamodule.vocab)
     task = instantiate(cfg.task, model=model)
-    task.lab_metadata = {"config": resolved, "vocab": datamodule.vocab, "tokenizer": datamodule.tokenizer.to_json()}
+    task.lab_metadata = {
+        "config": resolved,
+        "vocab": datamodule.vocab,
+        "tokenizer": datamodule.tokenizer.to_json(),
+        # anything else inference needs from the data (e.g. label names), if the datamodule offers it
+        "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
+    }
     if cfg.get("compile"):
         model.compile()
     counts = task.parameter_counts()

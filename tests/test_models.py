@@ -56,7 +56,7 @@ def test_swiglu_default_hidden_keeps_parameter_count():
 
 @pytest.mark.parametrize("field,value,message", [
     ("norm", "batchnorm", "model.norm='batchnorm' is not supported"),
-    ("n_heads", 5, "not divisible by model.n_heads=5"),
+    ("n_heads", 6, "not divisible by model.n_heads=6"),
     ("positions", "alibi", "choose one of learned, sinusoidal, rotary, none"),
     ("dropout", 1.5, "model.dropout must be in"),
 ])

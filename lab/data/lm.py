@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import lightning as L
@@ -75,8 +77,9 @@ class LMDataModule(L.LightningDataModule):
         out, docs = self._prepared_dir()
         if (out / "meta.json").exists():
             return
-        out.mkdir(parents=True, exist_ok=True)
-        tok = load_or_train(out / "tokenizer.json", self.tokenizer_kind, (t for _, t in docs.train), [EOS], self.vocab_size_setting)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
+        tok = load_or_train(tmp / "tokenizer.json", self.tokenizer_kind, (t for _, t in docs.train), [EOS], self.vocab_size_setting)
         eos = tok.token_id(EOS)
         meta = {"vocab_size": tok.vocab_size}
         dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
@@ -84,12 +87,15 @@ class LMDataModule(L.LightningDataModule):
             ids: list[int] = []
             for _, text in split_docs:  # documents separated by EOS so no window pretends they are one text
                 ids += tok.encode(text) + [eos]
-            np.asarray(ids, dtype=dtype).tofile(out / f"{split}.bin")
+            np.asarray(ids, dtype=dtype).tofile(tmp / f"{split}.bin")
             meta[f"{split}_tokens"] = len(ids)
             meta[f"{split}_bytes"] = sum(len(t.encode("utf-8")) + 1 for _, t in split_docs)
         meta["dtype"] = np.dtype(dtype).name
-        (out / "meta.tmp").write_text(json.dumps(meta))
-        (out / "meta.tmp").rename(out / "meta.json")  # last: marks the directory complete
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            tmp.rename(out)
+        except OSError:  # a concurrent run (DDP rank, sweep job) finished first: use its copy
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:
