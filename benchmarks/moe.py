@@ -1,6 +1,6 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
-    python benchmarks/moe.py [--reps 5] [--rounds 3] [--steps 20] [--skip-model]
+    python benchmarks/moe.py [--threads N] [--reps 5] [--rounds 3] [--steps 20] [--skip-model]
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu):
    - lab MoE, 8 experts of hidden 768, top-2 (capacity 1.25, and dropless)
@@ -131,7 +131,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
 
     torch.manual_seed(0)
