@@ -4,11 +4,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 import warnings
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
 
+LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
 USER_ERRORS = (LabError, ConfigError)
 
