@@ -170,7 +170,7 @@ def test_every_n_puts_moe_on_every_nth_layer_only():
     assert [hasattr(layer.ffn, "router") for layer in model.decoder.layers] == [False, True, False, True]
 
 
-TINY_MOE = [a.replace("data.corpus.max_works", "++data.corpus.max_works") for a in TINY_LM] + [
+TINY_MOE = TINY_LM + [
     "model.moe={num_experts:4,top_k:2,every_n:2}", "trainer.max_steps=12", "trainer.val_check_interval=6", "test=false",
 ]
 
