@@ -59,6 +59,7 @@ def test_classifier_from_scratch_reports_test_accuracy_and_f1(tmp_path):
     assert any(r.get("val/acc") for r in rows)
 
 
+@pytest.mark.slow  # the refusal itself is tested on the model (test_encoder.py); this is the CLI's one-line exit
 def test_init_from_with_another_model_size_is_refused(mlm_ckpt, tmp_path):
     out = run_module("lab.train", ["+experiment=encoder_classifier_pretrained", f"model.init_from={mlm_ckpt}",
                                    *CLASSIFY, "model.d_model=64"], tmp_path)
