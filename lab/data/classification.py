@@ -163,8 +163,6 @@ class LabelledTextCorpus:
 
 def tokenizer_from_checkpoint(path: str):
     """The tokenizer stored in a lab checkpoint: fine-tuning must read text exactly as pretraining did."""
-    import torch  # noqa: PLC0415
-
     p = Path(path).expanduser()
     if not p.is_file():
         raise DataError(f"data.tokenizer_from={path}: no such checkpoint; give the pretrained run's .ckpt")
