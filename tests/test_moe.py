@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY_LM, read_metrics, run_dirs, train
+from conftest import CONF, TINY_LM, read_metrics, run_dirs, train
 from lab.models.gpt import GPT
 from lab.nn import ConfigError, TransformerConfig, TransformerStack
 from lab.nn.ffn import make_ffn
@@ -193,6 +193,29 @@ def test_moe_gpt_trains_through_the_cli_and_logs_routing_per_layer(tmp_path):
     header = re.search(r"parameters: ([\d,]+) total, ([\d,]+) active", (run / "train.log").read_text())
     total, active = (int(g.replace(",", "")) for g in header.groups())
     assert active < total
+
+
+QUICK = ["logger.wandb.mode=disabled", "callbacks.progress=null", "trainer.log_every_n_steps=1", "test=false"]
+
+
+def test_moe_encoder_classifier_trains_with_expert_choice_through_the_cli(tmp_path):
+    train(["+experiment=encoder_classifier_moe", "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+           "model.max_seq_len=32", "data.batch_size=16", "data.eval_batches=3", "trainer.max_steps=6",
+           "trainer.val_check_interval=3", *QUICK], tmp_path)
+    rows = read_metrics(run_dirs(tmp_path)[-1])
+    row = next(r for r in rows if r.get("train/moe/encoder.stack.1/expert_0"))
+    # expert choice: every expert takes the same number of tokens, by construction
+    assert [float(row[f"train/moe/encoder.stack.1/expert_{i}"]) for i in range(8)] == pytest.approx([1 / 8] * 8)
+    assert any(r.get("val/acc") for r in rows) and any(r.get("val/moe/encoder.stack.1/dropped") for r in rows)
+
+
+@pytest.mark.skipif(not (CONF / "experiment" / "translator_small.yaml").exists(), reason="needs the translator (issue 4)")
+def test_moe_translator_trains_through_the_cli_with_moe_in_both_stacks(tmp_path):
+    train(["+experiment=translator_small_moe", "trainer.max_steps=4", "trainer.val_check_interval=2",
+           "+trainer.limit_val_batches=2", *QUICK], tmp_path)
+    columns = set(read_metrics(run_dirs(tmp_path)[-1])[0])
+    for stack in ("encoder", "decoder"):
+        assert any(c.startswith(f"train/moe/{stack}.") and c.endswith("/load_balance") for c in columns), stack
 
 
 @pytest.mark.slow
