@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+from pathlib import Path
 
 from lab.errors import LabError
 
@@ -34,8 +35,29 @@ def resolve_wandb_mode(mode: str | None) -> str:
     return mode
 
 
-def wandb_logger(mode: str | None = None, **kwargs):
-    """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all)."""
+def sweep_settings() -> dict:
+    """W&B grouping for a job of a Hydra multirun (grid or Optuna): group = the sweep (its directory name under
+    the experiment name), job_type = sweep, tags = the job's overrides, name = experiment-jobnumber.
+    Empty outside a multirun (W&B sweeps via `wandb agent` group their runs themselves)."""
+    from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+    from hydra.types import RunMode  # noqa: PLC0415
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    hc = HydraConfig.get()
+    sweep_dir = Path(hc.sweep.dir)
+    return {
+        "group": f"{sweep_dir.parent.parent.name}/{sweep_dir.name}",  # <name>/<sweep time>: runs/<name>/multirun/<time>
+        "job_type": "sweep",
+        "tags": [o[:64] for o in hc.overrides.task],  # W&B caps tags at 64 characters
+        "job_num": hc.job.num,
+    }
+
+
+def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,
+                 job_type: str = "train", tags=(), **kwargs):
+    """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all).
+    Inside a Hydra multirun, unset group/tags/name come from the sweep (see sweep_settings)."""
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
         return None
@@ -43,4 +65,21 @@ def wandb_logger(mode: str | None = None, **kwargs):
     os.environ.setdefault("WANDB_SILENT", "true")
     from lightning.pytorch.loggers import WandbLogger
 
-    return WandbLogger(mode=mode, **kwargs)
+    sweep = sweep_settings()
+    if sweep:
+        group = group or sweep["group"]
+        job_type = sweep["job_type"] if job_type == "train" else job_type
+        tags = [*tags, *sweep["tags"]]
+        name = f"{name}-{sweep['job_num']}" if name else None
+    return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), **kwargs)
+
+
+def finish_loggers(loggers: list) -> None:
+    """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
+    the same process would otherwise log into it instead of starting its own run."""
+    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.utilities import rank_zero_only
+
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and rank_zero_only.rank == 0 and logger._experiment is not None:
+            logger.experiment.finish()
