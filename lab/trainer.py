@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy
+from omegaconf import OmegaConf
 
 from lab.errors import LabError
 
@@ -97,7 +98,7 @@ def check_trainer(cfg) -> None:
     accelerator = str(t.get("accelerator", "auto"))
     precision = str(t.get("precision", "32-true"))
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    _check_signature(t, "trainer")
+    _check_signature(OmegaConf.to_container(t, resolve=False), "trainer")  # keys only: paths resolve at run time
     if kind == "deepspeed" and not on_gpu:
         raise LabError("trainer=deepspeed runs on CUDA GPUs only (Lightning's DeepSpeed strategy has no CPU "
                        "accelerator); on CPU use trainer=ddp_cpu or trainer=fsdp_cpu")
