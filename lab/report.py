@@ -186,58 +186,69 @@ def all_metrics(runs: list[Run], columns: list[str]) -> tuple[list[str], list[li
 
 def _png(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=72)  # fixed margins: bbox_inches="tight" would draw every figure twice
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def curve_charts(runs: list[Run], columns: list[str]) -> list[tuple[str, str]]:
-    """(title, base64 PNG): every metric logged at more than one step, all runs overlaid."""
+def _pyplot():
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    return plt
+
+
+def run_labels(runs: list[Run], keys: list[str]) -> list[str]:
+    """Legend labels: the run's name and its distinguishing settings (last key component)."""
+    return [" ".join([r.name, *(f"{k.rsplit('.', 1)[-1]}={_fmt(r.config.get(k))}" for k in keys)]) for r in runs]
+
+
+def curve_charts(runs: list[Run], columns: list[str], labels: list[str]) -> list[tuple[str, str]]:
+    """(title, base64 PNG): every metric logged at more than one step, all runs overlaid (run i in colour i).
+    MoE columns are drawn in their own section."""
+    plt = _pyplot()
     charts = []
     colors = plt.get_cmap("tab20" if len(runs) > 10 else "tab10")
     for c in columns:
-        if not any(len(r.series(c)[1]) > 1 for r in runs):
+        if c.startswith("moe/") or not any(len(r.series(c)[1]) > 1 for r in runs):
             continue
-        fig, ax = plt.subplots(figsize=(6.4, 3.4))
+        fig = plt.figure(figsize=(7.2, 3.4))
+        ax = fig.add_axes((0.09, 0.14, 0.56, 0.76))  # legend outside, right of the axes
         for i, r in enumerate(runs):
             x, y = r.series(c)
             if y:
-                ax.plot(x, y, label=r.name, color=colors(i % colors.N), linewidth=1.2, marker="." if len(y) < 30 else None)
-        ax.set_title(c)
-        ax.set_xlabel("step")
+                ax.plot(x, y, label=labels[i], color=colors(i % colors.N), linewidth=1.2, marker="." if len(y) < 30 else None)
+        ax.set_title(c, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if c.startswith(("train/loss", "val/loss")) and all(v > 0 for r in runs for v in r.series(c)[1]):
-            ax.set_yscale("log")
-        ax.legend(fontsize=7, ncol=2 if len(runs) > 6 else 1)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         charts.append((c, _png(fig)))
         plt.close(fig)
     return charts
 
 
 def moe_charts(runs: list[Run], columns: list[str]) -> list[tuple[str, str]]:
-    """Expert load (final values of the `moe/...` columns) per run as bars, when MoE runs logged it."""
+    """Expert load: final values of the `moe/...load...` columns (all `moe/` columns if none says load),
+    runs x columns as one heatmap, so unbalanced routing shows as uneven colour along a row."""
     moe = [c for c in columns if c.startswith("moe/")]
     load = [c for c in moe if "load" in c] or moe
-    if not load:
+    shown = [r for r in runs if any(r.final(c) is not None for c in load)]
+    if not load or not shown:
         return []
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    charts = []
-    for r in runs:
-        values = [(c.removeprefix("moe/"), r.final(c)) for c in load if r.final(c) is not None]
-        if not values:
-            continue
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.3 * len(values)), 3.0))
-        ax.bar(range(len(values)), [v for _, v in values], color="#4c72b0")
-        ax.set_xticks(range(len(values)), [n for n, _ in values], rotation=90, fontsize=6)
-        ax.set_title(f"expert load (final) - {r.name}", fontsize=9)
-        charts.append((f"moe {r.name}", _png(fig)))
-        plt.close(fig)
-    return charts
+    plt = _pyplot()
+    values = [[r.final(c) if r.final(c) is not None else float("nan") for c in load] for r in shown]
+    fig = plt.figure(figsize=(min(12.0, 2.5 + 0.35 * len(load)), 1.6 + 0.25 * len(shown)))
+    ax = fig.add_axes((0.15, 0.3, 0.7, 0.6))
+    image = ax.imshow(values, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(load)), [c.removeprefix("moe/") for c in load], rotation=90, fontsize=6)
+    ax.set_yticks(range(len(shown)), [r.name for r in shown], fontsize=7)
+    ax.set_title("expert load (final), runs x experts", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    chart = ("moe expert load", _png(fig))
+    plt.close(fig)
+    return [chart]
 
 
 def _html_table(header: list[str], rows: list[list[str]], cls: str) -> str:
@@ -270,7 +281,7 @@ def build_report(paths: list[Path]) -> tuple[str, str, list[Run]]:
     s_head, s_rows = summary(runs, keys, optimized if optimized in columns else None)
     m_head, m_rows = all_metrics(runs, columns)
     overrides = [[r.name, " ".join(r.overrides)] for r in runs]
-    charts = curve_charts(runs, columns)
+    charts = curve_charts(runs, columns, run_labels(runs, keys))
     moe = moe_charts(runs, columns)
     title = f"lab report: {len(runs)} runs in {root}"
 

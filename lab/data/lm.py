@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lab.data.batching import per_device_batch_size
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -121,14 +122,7 @@ class LMDataModule(L.LightningDataModule):
         return self.meta["val_tokens"] / self.meta["val_bytes"]
 
     def _per_device_batch(self) -> int:
-        t = self.trainer
-        world, accum = (t.world_size, t.accumulate_grad_batches) if t is not None else (1, 1)
-        if self.batch_size % (world * accum):
-            raise DataError(
-                f"data.batch_size={self.batch_size} (global) is not divisible by devices x accumulate_grad_batches "
-                f"= {world} x {accum}; choose a multiple of {world * accum}"
-            )
-        return self.batch_size // (world * accum)
+        return per_device_batch_size(self.batch_size, self.trainer)
 
     def _loader(self, dataset: Dataset) -> DataLoader:
         return DataLoader(dataset, batch_size=self._per_device_batch(), num_workers=self.num_workers,
