@@ -3,7 +3,6 @@ work before Lightning starts processes, and what makes DDP/FSDP child processes 
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -13,8 +12,6 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
-
-log = logging.getLogger("lab")
 
 # ModelParallelStrategy's precision plugins; 16-mixed needs a sharded grad scaler it does not have.
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
@@ -29,6 +26,7 @@ class FSDP2Strategy(ModelParallelStrategy):
     compile_blocks: torch.compile each block after sharding (set from the top-level `compile`).
     save_distributed_checkpoint: true writes one shard per rank into a checkpoint *directory*
     (consolidate with `python -m lab.checkpoint consolidate <dir> <file.ckpt>`); false gathers a single file on rank 0.
+    process_group_backend: null picks gloo on CPU, nccl on GPU.
     """
 
     def __init__(
@@ -38,9 +36,10 @@ class FSDP2Strategy(ModelParallelStrategy):
         activation_checkpointing: bool = False,
         compile_blocks: bool = False,
         save_distributed_checkpoint: bool = True,
-        **kwargs: Any,
+        process_group_backend: str | None = None,
     ):
-        super().__init__(tensor_parallel_size=1, save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
+        super().__init__(tensor_parallel_size=1, save_distributed_checkpoint=save_distributed_checkpoint,
+                         process_group_backend=process_group_backend)
         self.fsdp_settings = {
             "param_dtype": param_dtype,
             "reduce_dtype": reduce_dtype,

@@ -62,8 +62,9 @@ def test_fsdp_config_builds_the_fsdp2_strategy_with_mixed_precision(compose):
         (["trainer=fsdp_cpu", "trainer.precision=16-mixed"], "float16 autocast needs a CUDA GPU"),
         (["trainer=ddp_cpu", "trainer.precision=16-mixed"], "float16 autocast needs a CUDA GPU"),
         (["trainer=fsdp_cpu", "+trainer.gradient_clip_algorithm=value"], "gradient_clip_algorithm=value"),
+        (["trainer=fsdp_cpu", "+trainer.strategy.shard_size=2"], "FSDP2Strategy has no argument.*shard_size"),
     ],
-    ids=["deepspeed-on-cpu", "fsdp-fp16-on-cpu", "ddp-fp16-on-cpu", "fsdp-clip-by-value"],
+    ids=["deepspeed-on-cpu", "fsdp-fp16-on-cpu", "ddp-fp16-on-cpu", "fsdp-clip-by-value", "fsdp-unknown-argument"],
 )
 def test_impossible_combinations_are_refused(compose, overrides, message):
     with pytest.raises(LabError, match=message):
@@ -95,7 +96,8 @@ def test_slurm_launcher_takes_its_shape_from_the_trainer(compose):
 
 # 12 optimizer steps at global batch 12: 1 process x 12, or 2 processes x 6 each.
 EQUIV = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval"))] + [
-    "trainer.max_steps=12", "trainer.val_check_interval=6", "test=false", "callbacks.progress=null"]
+    "trainer.max_steps=12", "trainer.val_check_interval=6", "test=false", "callbacks.progress=null",
+    "callbacks.throughput.every_n_batches=4"]
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +121,10 @@ def test_two_cpu_processes_reach_the_single_process_loss(single_process_run, tmp
     single = metric_by_step(single_process_run, "val/loss")
     assert sorted(multi) == sorted(single) and len(single) == 2
     for step in single:
-        assert multi[step] == pytest.approx(single[step], rel=1e-4), (step, multi[step], single[step])
+        assert multi[step] == pytest.approx(single[step], rel=TOLERANCE), (step, multi[step], single[step])
+    rows = read_metrics(run)  # throughput: this device's tokens/s, and x2 for both processes
+    device, total = metric_by_step(rows, "perf/tokens_per_s"), metric_by_step(rows, "perf/tokens_per_s_global")
+    assert device and all(total[s] == pytest.approx(2 * device[s]) for s in device)
 
 
 @pytest.mark.slow
