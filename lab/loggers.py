@@ -35,9 +35,9 @@ def resolve_wandb_mode(mode: str | None) -> str:
     return mode
 
 
-def sweep_settings() -> dict:
-    """W&B grouping for a job of a Hydra multirun (grid or Optuna): group = the sweep (its directory name under
-    the experiment name), job_type = sweep, tags = the job's overrides, name = experiment-jobnumber.
+def sweep_settings(name: str | None) -> dict:
+    """W&B grouping for a job of a Hydra multirun (grid or Optuna): group = <name>/<sweep directory name>
+    (its start time), job_type = sweep, tags = the job's overrides, name = <name>-<job number>.
     Empty outside a multirun (W&B sweeps via `wandb agent` group their runs themselves)."""
     from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
     from hydra.types import RunMode  # noqa: PLC0415
@@ -45,19 +45,18 @@ def sweep_settings() -> dict:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return {}
     hc = HydraConfig.get()
-    sweep_dir = Path(hc.sweep.dir)
     return {
-        "group": f"{sweep_dir.parent.parent.name}/{sweep_dir.name}",  # <name>/<sweep time>: runs/<name>/multirun/<time>
+        "group": f"{name}/{Path(hc.sweep.dir).name}",
         "job_type": "sweep",
         "tags": [o[:64] for o in hc.overrides.task],  # W&B caps tags at 64 characters
-        "job_num": hc.job.num,
+        "name": f"{name}-{hc.job.num}",
     }
 
 
 def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,
                  job_type: str = "train", tags=(), **kwargs):
     """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all).
-    Inside a Hydra multirun, unset group/tags/name come from the sweep (see sweep_settings)."""
+    Inside a Hydra multirun: group (unless set) and name come from the sweep, its tags are added (sweep_settings)."""
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
         return None
@@ -65,12 +64,12 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
     os.environ.setdefault("WANDB_SILENT", "true")
     from lightning.pytorch.loggers import WandbLogger
 
-    sweep = sweep_settings()
+    sweep = sweep_settings(name)
     if sweep:
         group = group or sweep["group"]
         job_type = sweep["job_type"] if job_type == "train" else job_type
         tags = [*tags, *sweep["tags"]]
-        name = f"{name}-{sweep['job_num']}" if name else None
+        name = sweep["name"]
     return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), **kwargs)
 
 
