@@ -4,7 +4,7 @@
 
 Without --sweep it writes a sweep in lab's run layout (config.yaml, .hydra/overrides.yaml, csv/metrics.csv,
 csv/hparams.yaml) shaped like 12 full gpt_nano_char runs: 2000 steps logged every 10 (train loss, lr,
-throughput), validation every 250, a test row, and MoE expert-load columns, so every chart kind is drawn.
+throughput), validation every 250 with MoE expert shares (2 layers x 8 experts), and a test row.
 With --sweep it times a real multirun directory. Prints the wall time of each phase, best of 3.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ def write_sweep(root: Path, n_runs: int, steps: int) -> Path:
         (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
             ["+experiment=gpt_nano_char", f"task.optimizer.lr={lr}", f"model.n_layers={layers}"]))
         (run / "csv" / "hparams.yaml").write_text(f"params/total: {layers * 200_000}\nparams/active: {layers * 200_000}\n")
-        moe = [f"moe/load/layer0/expert{e}" for e in range(EXPERTS)]
+        moe = [f"val/moe/decoder.{layer}/expert_{e}" for layer in range(2) for e in range(EXPERTS)]
         columns = ["epoch", "step", "train/loss", "lr-AdamW/pg1", "perf/tokens_per_s", "perf/tokens_per_s_global",
                    "val/loss", "val/ppl", "val/bpb", "test/loss", *moe]
         with open(run / "csv" / "metrics.csv", "w", newline="") as f:

@@ -12,6 +12,7 @@ import csv
 import html
 import io
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ HIGHER_BETTER = ("acc", "bleu", "chrf", "f1", "precision", "recall", "mfu", "tok
 # Config keys that differ between any two runs without being a choice (where the run was written).
 NOT_CHOICES = ("paths.", "dir", "save_dir", "default_root_dir", "dirpath")
 X_COLUMNS = ("step", "epoch")
+EXPERT = re.compile(r"expert_(\d+)$")
 
 
 @dataclass
@@ -206,12 +208,12 @@ def run_labels(runs: list[Run], keys: list[str]) -> list[str]:
 
 def curve_charts(runs: list[Run], columns: list[str], labels: list[str]) -> list[tuple[str, str]]:
     """(title, base64 PNG): every metric logged at more than one step, all runs overlaid (run i in colour i).
-    MoE columns are drawn in their own section."""
+    Per-expert MoE shares (one column per expert) are drawn in their own section instead."""
     plt = _pyplot()
     charts = []
     colors = plt.get_cmap("tab20" if len(runs) > 10 else "tab10")
     for c in columns:
-        if c.startswith("moe/") or not any(len(r.series(c)[1]) > 1 for r in runs):
+        if (is_moe(c) and EXPERT.search(c)) or not any(len(r.series(c)[1]) > 1 for r in runs):
             continue
         fig = plt.figure(figsize=(7.2, 3.4))
         ax = fig.add_axes((0.09, 0.14, 0.56, 0.76))  # legend outside, right of the axes
@@ -229,22 +231,37 @@ def curve_charts(runs: list[Run], columns: list[str], labels: list[str]) -> list
     return charts
 
 
+def is_moe(column: str) -> bool:
+    """MoE routing columns: `<stage>/moe/<layer>/...` (lab tasks) or `moe/...`."""
+    return "moe" in column.split("/")[:2]
+
+
 def moe_charts(runs: list[Run], columns: list[str]) -> list[tuple[str, str]]:
-    """Expert load: final values of the `moe/...load...` columns (all `moe/` columns if none says load),
-    runs x columns as one heatmap, so unbalanced routing shows as uneven colour along a row."""
-    moe = [c for c in columns if c.startswith("moe/")]
-    load = [c for c in moe if "load" in c] or moe
-    shown = [r for r in runs if any(r.final(c) is not None for c in load)]
-    if not load or not shown:
+    """Expert load: the final share of tokens routed to each expert (`.../moe/<layer>/expert_<i>`, validation
+    when logged, else training) as one heatmap, a row per run and layer and a column per expert, so
+    unbalanced routing shows as uneven colour along a row."""
+    experts = [c for c in columns if is_moe(c) and EXPERT.search(c)]
+    stage = "val/" if any(c.startswith("val/") for c in experts) else ""
+    experts = [c for c in experts if c.startswith(stage)]
+    rows, labels = [], []
+    layers = sorted({EXPERT.sub("", c) for c in experts})  # ".../moe/<layer>/"
+    n_experts = 1 + max((int(EXPERT.search(c).group(1)) for c in experts), default=-1)
+    for r in runs:
+        for layer in layers:
+            shares = [r.final(f"{layer}expert_{i}") for i in range(n_experts)]
+            if any(v is not None for v in shares):
+                rows.append([float("nan") if v is None else v for v in shares])
+                labels.append(f"{r.name} {layer.split('/moe/')[-1].strip('/')}")
+    if not rows:
         return []
     plt = _pyplot()
-    values = [[r.final(c) if r.final(c) is not None else float("nan") for c in load] for r in shown]
-    fig = plt.figure(figsize=(min(12.0, 2.5 + 0.35 * len(load)), 1.6 + 0.25 * len(shown)))
-    ax = fig.add_axes((0.15, 0.3, 0.7, 0.6))
-    image = ax.imshow(values, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(len(load)), [c.removeprefix("moe/") for c in load], rotation=90, fontsize=6)
-    ax.set_yticks(range(len(shown)), [r.name for r in shown], fontsize=7)
-    ax.set_title("expert load (final), runs x experts", fontsize=9)
+    fig = plt.figure(figsize=(min(12.0, 3.0 + 0.4 * n_experts), 1.2 + 0.22 * len(rows)))
+    ax = fig.add_axes((0.3, 0.12, 0.55, 0.78))
+    image = ax.imshow(rows, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(n_experts), [str(i) for i in range(n_experts)], fontsize=7)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xlabel("expert", fontsize=8)
+    ax.set_title(f"share of tokens per expert (final, {stage.rstrip('/') or 'train'})", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.04)
     chart = ("moe expert load", _png(fig))
     plt.close(fig)

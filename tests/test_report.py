@@ -75,3 +75,26 @@ def test_browser_renders_tables_and_every_runs_curve(sweep, tmp_path):
     assert has_colour((0xF0, 0xF0, 0xF0)), "table header background not rendered"
     assert has_colour((0x1F, 0x77, 0xB4)), "first run's curve (blue) not rendered"
     assert has_colour((0xFF, 0x7F, 0x0E)), "second run's curve (orange) not rendered"
+
+
+def test_moe_expert_shares_become_a_heatmap_row_per_run_and_layer(tmp_path):
+    """Columns as lab tasks log them (<stage>/moe/<layer>/expert_<i>); a dense sweep gets no MoE section."""
+    from lab.report import build_report
+
+    for i in range(2):
+        run = tmp_path / str(i)
+        (run / "csv").mkdir(parents=True)
+        (run / "config.yaml").write_text(f"optimized_metric: val/loss\nmodel:\n  n_layers: {i + 1}\n")
+        experts = [f"val/moe/decoder.{layer}/expert_{e}" for layer in range(2) for e in range(4)]
+        header = ["step", "val/loss", "val/moe/decoder.0/load_balance", *experts]
+        rows = [[s, 3.0 - s / 10, 1.1, *([0.25] * len(experts))] for s in (4, 9)]
+        (run / "csv" / "metrics.csv").write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]))
+    html, md, runs = build_report([tmp_path])
+    assert len(runs) == 2 and "<h2>MoE expert load</h2>" in html and 'alt="moe expert load"' in html
+    assert 'alt="val/moe/decoder.0/load_balance"' in html  # routing statistics stay curves
+    assert 'alt="val/moe/decoder.0/expert_0"' not in html  # per-expert shares only in the heatmap
+    assert "<th>val/moe/decoder.1/expert_3</th>" in html  # and every column in the metrics table
+
+
+def test_dense_runs_have_no_moe_section(sweep):
+    assert "MoE expert load" not in (sweep / "report.html").read_text()
