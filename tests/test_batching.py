@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from lab.data.batching import per_device_batch_size, step_ordered_sampler
+from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.lm import RandomWindows
 from lab.errors import DataError
 
@@ -25,7 +25,7 @@ def step_windows(world: int, accum: int, global_batch: int = 12, steps: int = 3)
     seen: list[set[int]] = [set() for _ in range(steps)]
     for rank in range(world):
         trainer = fake_trainer(world, rank, accum) if world > 1 or accum > 1 else None
-        batch = per_device_batch_size(global_batch, trainer)
+        batch = per_device_batch(global_batch, trainer)
         loader = DataLoader(dataset, batch_size=batch, sampler=step_ordered_sampler(dataset, trainer))
         micro = list(loader)
         assert len(micro) == steps * accum  # every rank runs the same number of micro-batches
@@ -58,5 +58,5 @@ def test_single_process_keeps_the_default_sampler():
 
 def test_indivisible_global_batch_names_the_multiple():
     with pytest.raises(DataError, match="multiple of 4"):
-        per_device_batch_size(10, fake_trainer(2, 0, 2))
-    assert per_device_batch_size(12, fake_trainer(2, 1, 3)) == 2
+        per_device_batch(10, fake_trainer(2, 0, 2))
+    assert per_device_batch(12, fake_trainer(2, 1, 3)) == 2

@@ -10,13 +10,15 @@ from conftest import CONF
 from lab.models import build_model
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# Values an experiment requires from the command line (??? in its file).
+REQUIRED = {"encoder_classifier_pretrained": ["model.init_from=/runs/encoder_mlm/checkpoints/last.ckpt"]}
 # Every vocabulary fact a datamodule may report; build_model passes each model only those it takes.
 VOCAB = {"vocab_size": 97, "pad_id": 0, "eos_id": 1, "bos_id": 2, "mask_id": 3, "cls_id": 4, "sep_id": 5, "num_labels": 2}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_composes_and_builds_model_and_task(compose, name):
-    cfg = compose([f"+experiment={name}"])
+    cfg = compose([f"+experiment={name}", *REQUIRED.get(name, [])])
     assert cfg.name == name, "an experiment names its runs after itself"
     model = build_model(cfg.model, VOCAB)
     task = instantiate(cfg.task, model=model)

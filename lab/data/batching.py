@@ -1,23 +1,74 @@
-"""The global batch rule every datamodule follows: `data.batch_size` is the GLOBAL batch per optimizer step."""
+"""Batching shared by the sentence-level datamodules: global -> per-device batch size, dynamic padding,
+length-bucketed batch sampling."""
 from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
 
 from lab.errors import DataError
 
 
-def per_device_batch_size(global_batch: int, trainer) -> int:
-    """Examples each process loads per forward: global / (data-parallel processes x gradient accumulation).
-
-    trainer.world_size counts every process of every node for DDP, FSDP2 (lab.trainer.FSDP2Strategy shards
-    over all of them) and DeepSpeed alike, so the optimizer sees the same number of examples per step
-    whatever the strategy, device count or accumulation; only the split changes. Without a trainer
-    (notebooks, tests) the whole batch is one device's."""
+def per_device_batch(batch_size: int, trainer) -> int:
+    """data.batch_size is GLOBAL (per optimizer step); each device loads batch / (devices * accumulation)."""
     world, accum = (trainer.world_size, trainer.accumulate_grad_batches) if trainer is not None else (1, 1)
-    if global_batch % (world * accum):
+    if batch_size % (world * accum):
         raise DataError(
-            f"data.batch_size={global_batch} (global) is not divisible by devices x accumulate_grad_batches "
+            f"data.batch_size={batch_size} (global) is not divisible by devices x accumulate_grad_batches "
             f"= {world} x {accum}; choose a multiple of {world * accum}"
         )
-    return global_batch // (world * accum)
+    return batch_size // (world * accum)
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """Dynamic padding: right-pad to the longest sequence of this batch, not a global maximum. -> [B, T]"""
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length, so dynamic padding pads little.
+
+    Each epoch: shuffle all indices (seed, epoch), cut them into pools of `pool_batches` batches, sort each
+    pool by length, cut it into batches, shuffle the batch order. Batches stay random across epochs and
+    pools while the padding inside a batch is small. shuffle=False (evaluation): one sort by length.
+    With several devices each rank takes every world-th batch.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
+                 pool_batches: int = 50, rank: int = 0, world: int = 1):
+        self.lengths = np.asarray(lengths)
+        self.batch_size, self.shuffle, self.seed, self.pool = batch_size, shuffle, seed, pool_batches * batch_size
+        self.rank, self.world, self.epoch = rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls this at every epoch start
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        if not self.shuffle:
+            order = np.argsort(self.lengths, kind="stable")
+            return [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        rng = np.random.default_rng((self.seed, self.epoch))
+        order = rng.permutation(len(self.lengths))
+        batches = []
+        for p in range(0, len(order), self.pool):
+            pool = order[p : p + self.pool]
+            pool = pool[np.argsort(self.lengths[pool], kind="stable")]
+            batches += [pool[i : i + self.batch_size].tolist() for i in range(0, len(pool), self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._batches()
+        usable = len(batches) - len(batches) % self.world if self.world > 1 else len(batches)
+        return iter(batches[self.rank : usable : self.world])
+
+    def __len__(self) -> int:
+        n = -(-len(self.lengths) // self.batch_size) if not self.shuffle else len(self._batches())
+        return n // self.world if self.world > 1 else n
 
 
 def step_ordered_sampler(dataset, trainer):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lab.data.batching import per_device_batch_size, step_ordered_sampler
+from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -122,7 +122,7 @@ class LMDataModule(L.LightningDataModule):
         return self.meta["val_tokens"] / self.meta["val_bytes"]
 
     def _per_device_batch(self) -> int:
-        return per_device_batch_size(self.batch_size, self.trainer)
+        return per_device_batch(self.batch_size, self.trainer)
 
     def _loader(self, dataset: Dataset) -> DataLoader:
         return DataLoader(dataset, batch_size=self._per_device_batch(), sampler=step_ordered_sampler(dataset, self.trainer),

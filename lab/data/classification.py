@@ -1,0 +1,267 @@
+"""Labelled sentences: the MR movie-review source, the user's tsv/csv/jsonl files, a cached seeded stratified
+split, and the datamodule that serves [CLS] sentence [SEP] batches with dynamic padding and length bucketing."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
+from lab.data.corpora import Documents
+from lab.data.sources import PyPISdist, extract_once
+from lab.data.tokenizers import load_or_train, tokenizer_from_json
+from lab.errors import DataError
+
+VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SPLITS = ("train", "val", "test")
+Example = tuple[str, str]  # (text, label)
+
+
+def encode_sentence(tokenizer, text: str, max_length: int) -> list[int]:
+    """[CLS] tokens [SEP], truncated to max_length: the one place training data and inference encode text."""
+    ids = tokenizer.encode(text)[: max_length - 2]
+    return [tokenizer.token_id("[CLS]"), *ids, tokenizer.token_id("[SEP]")]
+
+
+class MovieReviews:
+    """MR sentences (Pang & Lee 2005) as rated by Hutto & Gilbert (ICWSM 2014), shipped in the PyPI sdist
+    vaderSentiment==3.3.2: tab-separated id, mean rating in [-4, 4], sentence. Label = sign of the rating;
+    the 37 sentences rated exactly 0 are dropped (10,568 remain)."""
+
+    fingerprint = f"{VADER.name}|movieReviewSnippets"
+
+    def load(self, cache_dir: str | Path) -> dict[str, list[Example]]:
+        inner = VADER.fetch(cache_dir) / VADER.name / "additional_resources" / "hutto_ICWSM_2014.tar.gz"
+        if not inner.is_file():
+            raise DataError(f"{inner} is missing from the {VADER.name} sdist; delete {inner.parents[2]} and run again")
+        path = extract_once(inner, inner.parent / "hutto_ICWSM_2014") / "hutto_ICWSM_2014" / "movieReviewSnippets_GroundTruth.txt"
+        rows = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if len(parts) != 3:
+                raise DataError(f"{path}:{n} is not 'id<TAB>rating<TAB>sentence'; delete {inner.parents[2]} and run again")
+            rating = float(parts[1])
+            if rating != 0:
+                rows.append((parts[2].strip(), "positive" if rating > 0 else "negative"))
+        return {"all": rows}
+
+
+class LabelledFiles:
+    """The user's own labelled text: tsv / csv (with a header row) or jsonl, chosen by file extension.
+    valid_file / test_file are optional; missing splits are cut from train_file (stratified, seeded)."""
+
+    def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
+                 text_field: str = "text", label_field: str = "label"):
+        self.files = {"all": train_file, "val": valid_file, "test": test_file}
+        self.text_field, self.label_field = text_field, label_field
+
+    def _read(self, file: str) -> list[Example]:
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise DataError(f"data file {path} does not exist; set data.train_file (and optional valid_file/test_file)")
+        suffix = path.suffix.lower()
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                if suffix == ".jsonl":
+                    records = [json.loads(line) for line in f if line.strip()]
+                elif suffix in (".tsv", ".csv"):
+                    records = list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ","))
+                else:
+                    raise DataError(f"{path}: unsupported extension {suffix!r}; use .tsv, .csv (with a header) or .jsonl")
+        except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
+            raise DataError(f"cannot parse {path}: {e}") from e
+        out = []
+        for n, r in enumerate(records, 1):
+            missing = [k for k in (self.text_field, self.label_field) if r.get(k) in (None, "")]
+            if missing:
+                raise DataError(f"{path} record {n} has no {' / '.join(missing)} field (fields: {', '.join(r)}); "
+                                f"set data.text_field / data.label_field")
+            out.append((str(r[self.text_field]), str(r[self.label_field])))
+        if not out:
+            raise DataError(f"{path} holds no records")
+        return out
+
+    @property
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(f"{self.text_field}|{self.label_field}".encode())
+        for name, file in self.files.items():
+            h.update(f"|{name}=".encode() + (Path(file).expanduser().read_bytes() if file else b""))
+        return h.hexdigest()[:16]
+
+    def load(self, cache_dir: str | Path) -> dict[str, list[Example]]:
+        return {k: self._read(f) for k, f in self.files.items() if f}
+
+
+def stratified_split(labels: list[str], fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
+    """Indices per split, each label's rows shuffled (seed) and cut in the same proportions."""
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_label[label].append(i)
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[int]] = {k: [] for k in fractions}
+    for label in sorted(by_label):
+        idx = [by_label[label][i] for i in rng.permutation(len(by_label[label]))]
+        start = 0
+        for k, (name, frac) in enumerate(fractions.items()):
+            end = len(idx) if k == len(fractions) - 1 else start + round(frac * len(idx))
+            out[name] += idx[start:end]
+            start = end
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0.1, 0.1)) -> dict[str, list[Example]]:
+    """train/val/test examples; splits the source lacks are cut from its pool ("all") by a seeded stratified
+    split, written once to the cache so every run (and the MLM corpus) sees exactly the same split."""
+    cache_dir = Path(cache_dir).expanduser()
+    key = hashlib.sha256(f"{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]
+    path = cache_dir / "classification" / key / "split.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    given = source.load(cache_dir)
+    pool = given.pop("all")
+    missing = [s for s in SPLITS if s != "train" and s not in given]
+    wanted = {"train": fractions[0], **{s: fractions[SPLITS.index(s)] for s in missing}}
+    total = sum(wanted.values())
+    idx = stratified_split([y for _, y in pool], {k: v / total for k, v in wanted.items()}, split_seed)
+    splits = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
+    for name in SPLITS:
+        if not splits[name]:
+            raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(splits, f)
+    os.replace(tmp, path)  # atomic: parallel runs never read half a split
+    return splits
+
+
+class LabelledTextCorpus:
+    """The texts of a labelled source as an unlabelled corpus (lab.data.corpora interface) for MLM: the train
+    split's sentences train, the val split's validate; test sentences are never seen in pretraining."""
+
+    def __init__(self, source, split_seed: int = 0):
+        self.source, self.split_seed = source, split_seed
+
+    def load(self, cache_dir: str | Path) -> Documents:
+        splits = load_split(self.source, cache_dir, self.split_seed)
+        docs = lambda s: [(f"{s}{i}", t) for i, (t, _) in enumerate(splits[s])]  # noqa: E731
+        key = f"{self.source.fingerprint}|split={self.split_seed}"
+        return Documents(docs("train"), docs("val"), hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def tokenizer_from_checkpoint(path: str):
+    """The tokenizer stored in a lab checkpoint: fine-tuning must read text exactly as pretraining did."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"data.tokenizer_from={path}: no such checkpoint; give the pretrained run's .ckpt")
+    meta = torch.load(p, map_location="cpu", weights_only=False).get("lab") or {}
+    if "tokenizer" not in meta:
+        raise DataError(f"data.tokenizer_from={path} is not a lab checkpoint (no tokenizer inside)")
+    return tokenizer_from_json(meta["tokenizer"])
+
+
+class TextClassificationDataModule(L.LightningDataModule):
+    """Fields:
+    source: MovieReviews or LabelledFiles (or any object with load(cache_dir) and fingerprint).
+    tokenizer: wordpiece (trained on the train split, cached) | bpe | char; vocab_size for wordpiece/bpe.
+    tokenizer_from: a lab checkpoint whose tokenizer to use instead (fine-tuning a pretrained encoder).
+    max_length: tokens per sentence including [CLS] and [SEP]. batch_size: GLOBAL sentences per step.
+    bucketing: length-bucketed batches (less padding). split_seed: the data split (not the run's seed).
+    eval_batches: validation/test batches to use (null: all).
+    """
+
+    def __init__(self, source, tokenizer: str = "wordpiece", vocab_size: int = 8000, tokenizer_from: str | None = None,
+                 max_length: int = 128, batch_size: int = 32, bucketing: bool = True, split_seed: int = 0,
+                 eval_batches: int | None = None, cache_dir: str = "~/.cache/lab", seed: int = 1337, num_workers: int = 0):
+        super().__init__()
+        self.source, self.tokenizer_kind, self.vocab_size_setting = source, tokenizer, vocab_size
+        self.tokenizer_from, self.max_length, self.batch_size = tokenizer_from, max_length, batch_size
+        self.bucketing, self.split_seed, self.eval_batches = bucketing, split_seed, eval_batches
+        self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
+        self.tokenizer = None
+        self.encoded: dict[str, tuple[list[list[int]], list[int]]] = {}
+
+    def prepare_data(self) -> None:
+        self._load()
+
+    def _load(self):
+        splits = load_split(self.source, self.cache_dir, self.split_seed)
+        if self.tokenizer_from:
+            tok = tokenizer_from_checkpoint(self.tokenizer_from)
+        else:
+            key = hashlib.sha256(f"{self.source.fingerprint}|{self.split_seed}|{self.tokenizer_kind}|{self.vocab_size_setting}".encode())
+            path = self.cache_dir / "classification" / "tokenizers" / f"{key.hexdigest()[:16]}.json"
+            tok = load_or_train(path, self.tokenizer_kind, [t for t, _ in splits["train"]], BERT_SPECIALS, self.vocab_size_setting)
+        missing = [s for s in BERT_SPECIALS if tok.token_id(s) is None]
+        if missing:
+            raise DataError(f"the tokenizer lacks the special token(s) {missing}; train it with {BERT_SPECIALS}")
+        return splits, tok
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        splits, self.tokenizer = self._load()
+        self.labels = sorted({y for _, y in splits["train"]})
+        index = {y: i for i, y in enumerate(self.labels)}
+        for name in SPLITS:
+            unknown = sorted({y for _, y in splits[name]} - set(index))
+            if unknown:
+                raise DataError(f"the {name} split has label(s) {unknown} that never occur in training data")
+            texts = [t for t, _ in splits[name]]
+            self.encoded[name] = ([encode_sentence(self.tokenizer, t, self.max_length) for t in texts],
+                                  [index[y] for _, y in splits[name]])
+        self.pad_id = self.tokenizer.token_id("[PAD]")
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return {"vocab_size": self.tokenizer.vocab_size, "pad_id": self.pad_id, "num_labels": len(self.labels)}
+
+    def checkpoint_metadata(self) -> dict:
+        return {"labels": self.labels, "max_length": self.max_length}
+
+    def collate(self, items: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, labels = zip(*items)
+        return pad_batch(ids, self.pad_id), torch.tensor(labels)  # [B, T], [B]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        ids, labels = self.encoded[split]
+        data = list(zip(ids, labels))
+        t = self.trainer
+        bs = per_device_batch(self.batch_size, t)
+        rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
+        lengths = [len(x) for x in ids] if self.bucketing else [0] * len(ids)  # all equal: plain random batches
+        sampler = BucketBatchSampler(lengths, bs, shuffle, self.seed, rank=rank, world=world)
+        if not shuffle and self.eval_batches:
+            sampler = list(sampler)[: self.eval_batches]
+        return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+
+
+class LabelledFilesDataModule(TextClassificationDataModule):
+    """TextClassificationDataModule on the user's files, with the file fields at the top level of the data
+    config (data.train_file=x.tsv data.text_field=review ...); see LabelledFiles."""
+
+    def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
+                 text_field: str = "text", label_field: str = "label", **kwargs):
+        super().__init__(LabelledFiles(train_file, valid_file, test_file, text_field, label_field), **kwargs)

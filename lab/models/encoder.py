@@ -1,0 +1,150 @@
+"""Bidirectional encoders from the shared core: a backbone, a classifier on top (sequence or token labels)
+and a masked language model (BERT, Devlin et al. 2019) whose output layer is tied to the embeddings."""
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lab.errors import LabError
+from lab.nn import ConfigError, Embeddings, TransformerConfig, TransformerStack, init_weights
+
+log = logging.getLogger("lab")
+
+
+class Encoder(nn.Module):
+    """Embeddings -> non-causal stack: every token attends to every real (non-padding) token."""
+
+    def __init__(self, vocab_size: int, pad_id: int, cfg: TransformerConfig):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = Embeddings(vocab_size, cfg)
+        self.stack = TransformerStack(cfg, causal=False)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [B, T] -> hidden states [B, T, D] and the padding mask [B, T] (True = real token)."""
+        mask = ids != self.pad_id
+        return self.stack(self.embed(ids), padding_mask=mask), mask
+
+
+class ClsPooling(nn.Module):
+    """The first ([CLS]) position's state."""
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, D]
+        return h[:, 0]
+
+
+class MeanPooling(nn.Module):
+    """Average over real tokens only: padding contributes nothing."""
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        m = mask.unsqueeze(-1).to(h.dtype)  # [B, T, 1]
+        return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+class AttentionPooling(nn.Module):
+    """A learned query attends over the real tokens (softmax(h q / sqrt(D)) weighted sum)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.query = nn.Parameter(torch.zeros(d_model))  # zero: starts as mean pooling
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = (h @ self.query) / math.sqrt(h.shape[-1])  # [B, T]
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        return torch.einsum("bt,btd->bd", weights, h)
+
+
+POOLINGS = {"cls": lambda d: ClsPooling(), "mean": lambda d: MeanPooling(), "attention": AttentionPooling}
+HEADS = ("sequence", "token")
+
+
+class EncoderClassifier(nn.Module):
+    """Encoder -> pooling -> dropout -> linear: one label per sequence (head=sequence, logits [B, C]), or
+    encoder -> dropout -> linear per token (head=token, logits [B, T, C]) for tagging.
+
+    init_from: a MaskedLM checkpoint whose encoder weights the task loads before training (load_encoder);
+    stored here so the run's config records where the weights came from."""
+
+    def __init__(self, vocab_size: int, pad_id: int, num_labels: int, pooling: str = "cls", head: str = "sequence",
+                 classifier_dropout: float = 0.1, init_from: str | None = None, **arch):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"model.pooling={pooling!r} is not supported; choose one of {', '.join(POOLINGS)}")
+        if head not in HEADS:
+            raise ConfigError(f"model.head={head!r} is not supported; choose one of {', '.join(HEADS)}")
+        self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
+        self.head_kind, self.init_from = head, init_from
+        self.encoder = Encoder(vocab_size, pad_id, cfg)
+        self.pool = POOLINGS[pooling](cfg.d_model) if head == "sequence" else None
+        self.dropout = nn.Dropout(classifier_dropout)
+        self.classifier = nn.Linear(cfg.d_model, num_labels)
+        init_weights(self, cfg.init_std, cfg.n_layers)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h, mask = self.encoder(ids)  # [B, T, D], [B, T]
+        if self.pool is not None:
+            h = self.pool(h, mask)  # [B, D]
+        return self.classifier(self.dropout(h))  # [B, C] or [B, T, C]
+
+    def load_encoder(self, state: dict[str, torch.Tensor], source: str = "checkpoint") -> dict[str, list[str]]:
+        """Copy the `encoder.*` weights of a model state dict (a MaskedLM's) into this model's encoder.
+        -> {"loaded": keys copied, "new": keys of this model left at their init, "ignored": keys not used}.
+        Refuses, before changing anything, when a key is missing or a shape differs."""
+        own = self.state_dict()
+        wanted = [k for k in own if k.startswith("encoder.")]
+        missing = [k for k in wanted if k not in state]
+        bad = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+               for k in wanted if k in state and state[k].shape != own[k].shape]
+        if missing or bad:
+            raise LabError(
+                f"model.init_from={source} does not fit this encoder: "
+                + (f"missing {len(missing)} encoder key(s) (e.g. {missing[:3]}); " if missing else "")
+                + (f"shape mismatch in {'; '.join(bad[:4])}; " if bad else "")
+                + "use the same model size (d_model, n_layers, n_heads, d_ff, max_seq_len) and the pretraining "
+                "run's tokenizer (data.tokenizer_from=<mlm ckpt>)"
+            )
+        with torch.no_grad():
+            for k in wanted:
+                own[k].copy_(state[k])
+        report = {"loaded": wanted, "new": [k for k in own if k not in wanted],
+                  "ignored": sorted(k for k in state if k not in wanted)}
+        log.info("init_from %s: loaded %d encoder tensors; new (trained from init): %s; ignored: %s", source,
+                 len(report["loaded"]), ", ".join(report["new"]) or "-", ", ".join(report["ignored"]) or "-")
+        return report
+
+
+class MLMHead(nn.Module):
+    """BERT's prediction head: dense -> gelu -> layernorm -> vocabulary projection (weight given: tied)."""
+
+    def __init__(self, d_model: int, vocab_size: int):
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.decoder = nn.Linear(d_model, vocab_size)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., V]
+        return self.decoder(self.norm(F.gelu(self.dense(h))))
+
+
+class MaskedLM(nn.Module):
+    """Encoder + MLM head; the head's output matrix is the token embedding when tie_embeddings (default)."""
+
+    def __init__(self, vocab_size: int, pad_id: int, mask_id: int, **arch):
+        super().__init__()
+        self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
+        self.mask_id = mask_id
+        self.encoder = Encoder(vocab_size, pad_id, cfg)
+        self.mlm_head = MLMHead(cfg.d_model, vocab_size)
+        init_weights(self, cfg.init_std, cfg.n_layers)
+        if cfg.tie_embeddings:  # after init, so both names share one tensor
+            self.mlm_head.decoder.weight = self.encoder.embed.tokens.weight
+
+    def forward(self, ids: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] -> logits [B, T, V]; with select (bool [B, T]) only the selected positions: [N, V]
+        (training predicts the ~15% masked positions, not all of them)."""
+        h, _ = self.encoder(ids)
+        return self.mlm_head(h if select is None else h[select])

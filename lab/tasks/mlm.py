@@ -1,0 +1,52 @@
+"""Masked language modelling (BERT pretraining objective)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from lab.tasks.base import Task
+
+IGNORE = -100  # targets of positions the collator did not choose
+
+
+class MLMTask(Task):
+    """Cross-entropy on the chosen (masked) positions only; masked-token accuracy. The batch comes masked
+    from the data's collator: (inputs [B, T], targets [B, T] with IGNORE where nothing is predicted)."""
+
+    def __init__(self, model, optimizer, scheduler=None):
+        super().__init__(model, optimizer, scheduler)
+        self.eval_loss, self.eval_acc = MeanMetric(), MeanMetric()
+
+    def _step(self, batch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        inputs, targets = batch
+        chosen = targets != IGNORE  # [B, T]
+        logits = self.model(inputs, select=chosen)  # [N, V]: only the chosen positions
+        y = targets[chosen]  # [N]
+        loss = F.cross_entropy(logits.float(), y)
+        return loss, (logits.argmax(-1) == y).float().mean(), int(y.numel())
+
+    def training_step(self, batch, batch_idx):
+        loss, acc, _ = self._step(batch)
+        aux = self.aux_loss("train")
+        self.log_dict({"train/loss": loss, "train/acc": acc}, prog_bar=True)
+        return loss + aux
+
+    def validation_step(self, batch, batch_idx):
+        loss, acc, n = self._step(batch)
+        self.eval_loss.update(loss, weight=n)
+        self.eval_acc.update(acc, weight=n)
+
+    test_step = validation_step
+
+    def _log_eval(self, stage: str) -> None:
+        loss, acc = self.eval_loss.compute(), self.eval_acc.compute()
+        self.eval_loss.reset()
+        self.eval_acc.reset()
+        self.log_dict({f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss), f"{stage}/acc": acc}, prog_bar=stage == "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test")
