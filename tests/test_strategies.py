@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
+from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
 from lab.errors import LabError
 from lab.trainer import FSDP2Strategy, check_trainer
 
@@ -155,3 +155,16 @@ def test_sharded_fsdp_checkpoint_resumes_the_same_curve(tmp_path):
     model, tokenizer, meta = load_model(out)
     assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.trainer.FSDP2Strategy"
     assert sum(p.numel() for p in model.parameters()) > 0 and tokenizer.vocab_size == model.vocab_size
+
+
+CPU_EXPERIMENTS = [p.stem for p in sorted((ROOT / "conf" / "experiment").glob("*.yaml"))
+                   if "gpu" not in p.stem and "moe" not in p.stem]
+
+
+@pytest.mark.parametrize("experiment", CPU_EXPERIMENTS)
+@pytest.mark.parametrize("trainer", ["ddp_cpu", "fsdp_cpu"])
+def test_every_cpu_experiment_accepts_the_cpu_strategies(compose, experiment, trainer):
+    """The strategies are task-agnostic: any experiment takes them with nothing else changed."""
+    cfg = compose([f"+experiment={experiment}", f"trainer={trainer}"])
+    check_trainer(cfg)
+    assert cfg.data.batch_size % cfg.trainer.devices == 0, "global batch must split over the 2 processes"
