@@ -77,7 +77,9 @@ def train(cfg: DictConfig) -> float | None:
     fit_validation_into_budget(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = build_loggers(cfg)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
+    shards_itself = getattr(datamodule, "shards_batches", False)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself)
     for lg in loggers:
         lg.log_hyperparams({**resolved, "params/total": counts["total"], "params/active": counts["active"]})
 

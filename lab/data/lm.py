@@ -49,6 +49,7 @@ class LMDataModule(L.LightningDataModule):
     batch_size / (devices * accumulate_grad_batches), so results do not depend on the device count.
     eval_batches: validation batches (fixed windows, the same at every validation).
     """
+    shards_batches = True  # step_ordered_sampler gives each rank its share of every global batch
 
     def __init__(
         self,
