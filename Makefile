@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup train test test-slow test-all bench clean
+.PHONY: setup browser train test test-slow test-all bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,21 +15,32 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# Headless Chromium (Debian package) renders lab.report's HTML in tests/test_report.py; without it that
+# test is skipped with the reason. Installed when missing and apt-get is available (root, or sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
+	  echo "chromium could not be installed: the report rendering test will be skipped"
+
 train: setup
 	$(PY) -m lab.train +experiment=gpt_small
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-test-all: setup
+test-all: setup browser
 	$(PY) -m pytest -q -m ''
 
 bench: setup
 	$(PY) benchmarks/train_overhead.py
 	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/report.py
+	$(PY) benchmarks/scale_out.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -6,16 +6,41 @@ from typing import Any
 
 import torch
 
+from lab.cli import user_errors_exit
 from lab.errors import LabError
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint on CPU, or raise one message that says what is wrong with the file."""
+def is_sharded_checkpoint(path: Path) -> bool:
+    """A directory of per-rank shards written by FSDP2 (trainer=fsdp): torch.distributed.checkpoint's
+    .metadata plus Lightning's meta.pt (everything that is not weights or optimizer state)."""
+    return path.is_dir() and (path / ".metadata").is_file() and (path / "meta.pt").is_file()
+
+
+def consolidate(path: Path) -> dict[str, Any]:
+    """A sharded checkpoint directory as one ordinary checkpoint dict (weights and optimizer states
+    gathered in CPU memory; parameter names are the unsharded model's)."""
+    import re  # noqa: PLC0415
+
+    from lightning.fabric.utilities.load import _load_distributed_checkpoint  # noqa: PLC0415
+
+    ckpt = _load_distributed_checkpoint(path)
+    optimizer_keys = sorted((k for k in ckpt if re.fullmatch(r"optimizer_\d+", k)), key=lambda k: int(k[10:]))
+    ckpt["optimizer_states"] = [ckpt.pop(k) for k in optimizer_keys]
+    return ckpt
+
+
+def read_checkpoint(path: str | Path, metadata_only: bool = False) -> dict[str, Any]:
+    """Load a checkpoint (a file, or an FSDP sharded directory) on CPU, or raise one message that says what
+    is wrong with it. metadata_only: for a sharded directory, read only meta.pt (cheap validation)."""
     p = Path(str(path)).expanduser()
-    if not p.is_file():
-        raise LabError(f"checkpoint {p} does not exist; pass ckpt_path=<run dir>/checkpoints/last.ckpt (or a best-*.ckpt)")
+    sharded = is_sharded_checkpoint(p)
+    if not p.is_file() and not sharded:
+        what = "is a directory but not an FSDP sharded checkpoint (no .metadata + meta.pt)" if p.is_dir() else "does not exist"
+        raise LabError(f"checkpoint {p} {what}; pass ckpt_path=<run dir>/checkpoints/last.ckpt (or a best-*.ckpt)")
     try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+        if sharded and metadata_only:
+            return {"state_dict": {}, **torch.load(p / "meta.pt", map_location="cpu", weights_only=False)}
+        ckpt = consolidate(p) if sharded else torch.load(p, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged file
         raise LabError(f"checkpoint {p} cannot be read ({type(e).__name__}: {e}); it is damaged or not a checkpoint. "
                        "Use another checkpoint from the run's checkpoints/ directory.") from e
@@ -46,3 +71,26 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"):
     model.load_state_dict(state)
     return model.to(device).eval(), tokenizer_from_json(meta["tokenizer"]), meta
 
+
+
+@user_errors_exit
+def main(argv: list[str] | None = None) -> None:
+    """python -m lab.checkpoint consolidate <sharded dir> <out.ckpt>: one file from an FSDP checkpoint."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m lab.checkpoint", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cons = sub.add_parser("consolidate", help="gather an FSDP sharded checkpoint directory into one .ckpt file")
+    cons.add_argument("checkpoint", type=Path, help="<run dir>/checkpoints/<name>.ckpt (a directory)")
+    cons.add_argument("output", type=Path, help="the single-file checkpoint to write")
+    args = parser.parse_args(argv)
+    if not is_sharded_checkpoint(args.checkpoint):
+        raise LabError(f"{args.checkpoint} is not an FSDP sharded checkpoint directory (no .metadata + meta.pt)")
+    ckpt = read_checkpoint(args.checkpoint)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, args.output)
+    print(f"wrote {args.output} ({len(ckpt['state_dict'])} tensors)")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,9 @@ import logging
 import sys
 import time
 import warnings
+from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
@@ -13,6 +16,26 @@ from lab.nn.config import ConfigError
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
 USER_ERRORS = (LabError, ConfigError)
+
+
+def _sqlite_url(path: str) -> str:
+    """`${lab.sqlite:<file>}`: an sqlite URL for <file>, its directory created (Optuna does not)."""
+    p = Path(path).expanduser().resolve()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{p}"
+
+
+def _optuna_direction(mode: str) -> str:
+    """`${lab.direction:${optimized_mode}}`: min|max -> Optuna's minimize|maximize."""
+    directions = {"min": "minimize", "max": "maximize"}
+    if mode not in directions:
+        raise LabError(f"optimized_mode={mode!r} must be min or max")
+    return directions[mode]
+
+
+# Resolvers the configs use; registered when any entry point imports this module (before Hydra composes).
+OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
+OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
 
 
 def user_errors_exit(fn):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+from pathlib import Path
 
 from lab.errors import LabError
 
@@ -34,8 +35,28 @@ def resolve_wandb_mode(mode: str | None) -> str:
     return mode
 
 
-def wandb_logger(mode: str | None = None, **kwargs):
-    """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all)."""
+def sweep_settings(name: str | None) -> dict:
+    """W&B grouping for a job of a Hydra multirun (grid or Optuna): group = <name>/<sweep directory name>
+    (its start time), job_type = sweep, tags = the job's overrides, name = <name>-<job number>.
+    Empty outside a multirun (W&B sweeps via `wandb agent` group their runs themselves)."""
+    from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+    from hydra.types import RunMode  # noqa: PLC0415
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    hc = HydraConfig.get()
+    return {
+        "group": f"{name}/{Path(hc.sweep.dir).name}",
+        "job_type": "sweep",
+        "tags": [o[:64] for o in hc.overrides.task],  # W&B caps tags at 64 characters
+        "name": f"{name}-{hc.job.num}",
+    }
+
+
+def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,
+                 job_type: str = "train", tags=(), **kwargs):
+    """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all).
+    Inside a Hydra multirun: group (unless set) and name come from the sweep, its tags are added (sweep_settings)."""
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
         return None
@@ -43,4 +64,21 @@ def wandb_logger(mode: str | None = None, **kwargs):
     os.environ.setdefault("WANDB_SILENT", "true")
     from lightning.pytorch.loggers import WandbLogger
 
-    return WandbLogger(mode=mode, **kwargs)
+    sweep = sweep_settings(name)
+    if sweep:
+        group = group or sweep["group"]
+        job_type = sweep["job_type"] if job_type == "train" else job_type
+        tags = [*tags, *sweep["tags"]]
+        name = sweep["name"]
+    return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), **kwargs)
+
+
+def finish_loggers(loggers: list) -> None:
+    """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
+    the same process would otherwise log into it instead of starting its own run."""
+    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.utilities import rank_zero_only
+
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and rank_zero_only.rank == 0 and logger._experiment is not None:
+            logger.experiment.finish()

@@ -39,17 +39,22 @@ def train(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     from lab.checkpoint import read_checkpoint  # noqa: PLC0415
+    from lab.loggers import finish_loggers  # noqa: PLC0415
     from lab.models import build_model  # noqa: PLC0415
+    from lab.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    check_trainer(cfg)
     out_dir = Path(cfg.paths.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank != 0:  # DDP/FSDP children: warnings and errors only, rank 0 reports
+        log.setLevel(logging.WARNING)
+    else:
         print_config_tree(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(resolved, out_dir / "config.yaml")
     if cfg.get("ckpt_path"):
-        read_checkpoint(cfg.ckpt_path)  # a bad path or damaged file fails here, with a clear message
+        read_checkpoint(cfg.ckpt_path, metadata_only=True)  # a bad path or damaged file fails here, with a clear message
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision("high")
 
@@ -65,26 +70,33 @@ def train(cfg: DictConfig) -> float | None:
         # anything else inference needs from the data (e.g. label names), if the datamodule offers it
         "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
     }
-    if cfg.get("compile"):
-        model.compile()
+    compile_model(cfg, model)
     counts = task.parameter_counts()
     log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 
     fit_validation_into_budget(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = build_loggers(cfg)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
+    shards_itself = getattr(datamodule, "shards_batches", False)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself)
     for lg in loggers:
         lg.log_hyperparams({**resolved, "params/total": counts["total"], "params/active": counts["active"]})
 
     log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, out_dir)
-    trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if cfg.get("test") and not trainer.fast_dev_run:
-        results = trainer.test(task, datamodule=datamodule, ckpt_path="best" if trainer.checkpoint_callback else None)
-        metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
-    if rank_zero_only.rank == 0 and hasattr(task, "log_samples") and task.samples:
-        task.log_samples()
+    pin_child_processes_to_job()
+    try:
+        with job_processes():
+            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            if cfg.get("test") and not trainer.fast_dev_run:
+                best = "best" if trainer.checkpoint_callback else None
+                results = trainer.test(task, datamodule=datamodule, ckpt_path=best)
+                metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
+            if hasattr(task, "log_samples") and task.samples:
+                task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
+    finally:
+        finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, out_dir)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return value if value is not None and math.isfinite(value) else None

@@ -69,3 +69,20 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         n = -(-len(self.lengths) // self.batch_size) if not self.shuffle else len(self._batches())
         return n // self.world if self.world > 1 else n
+
+
+def step_ordered_sampler(dataset, trainer):
+    """This process's share of each global batch, in order, or None for a single process.
+
+    Lightning would otherwise inject a *shuffling* DistributedSampler for training, so a 2-process run saw
+    other examples at step k than a 1-process run (and a resumed run another permutation). A strided,
+    unshuffled DistributedSampler hands rank r the samples r, r+W, r+2W, ...: per optimizer step the W ranks
+    together load exactly samples [k*B, (k+1)*B) of the global order, with or without gradient
+    accumulation, so datasets whose samples are a function of their index (RandomWindows) give the same
+    batches for every strategy and device count. Lightning leaves a loader that has a DistributedSampler alone."""
+    from torch.utils.data import DistributedSampler  # noqa: PLC0415
+
+    if trainer is None or trainer.world_size == 1:
+        return None
+    shard = trainer.distributed_sampler_kwargs  # data-parallel replicas and this rank (DDP, FSDP2, DeepSpeed)
+    return DistributedSampler(dataset, num_replicas=shard["num_replicas"], rank=shard["rank"], shuffle=False)

@@ -181,6 +181,7 @@ class TextClassificationDataModule(L.LightningDataModule):
     bucketing: length-bucketed batches (less padding). split_seed: the data split (not the run's seed).
     eval_batches: validation/test batches to use (null: all).
     """
+    shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
     def __init__(self, source, tokenizer: str = "wordpiece", vocab_size: int = 8000, tokenizer_from: str | None = None,
                  max_length: int = 128, batch_size: int = 32, bucketing: bool = True, split_seed: int = 0,

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lab.data.batching import per_device_batch
+from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -23,7 +23,7 @@ class RandomWindows(Dataset):
     """Sample i is the window [s, s+T] at a start s drawn from (seed, offset + i).
 
     Batches depend only on the sample index, so a run resumed at step k, or split over N devices by
-    Lightning's DistributedSampler, sees exactly the windows a single uninterrupted run sees.
+    lab.data.batching.step_ordered_sampler, sees exactly the windows a single uninterrupted run sees.
     """
 
     def __init__(self, tokens: np.ndarray, block_size: int, seed: int, length: int, offset: int = 0):
@@ -49,6 +49,7 @@ class LMDataModule(L.LightningDataModule):
     batch_size / (devices * accumulate_grad_batches), so results do not depend on the device count.
     eval_batches: validation batches (fixed windows, the same at every validation).
     """
+    shards_batches = True  # step_ordered_sampler gives each rank its share of every global batch
 
     def __init__(
         self,
@@ -125,8 +126,8 @@ class LMDataModule(L.LightningDataModule):
         return per_device_batch(self.batch_size, self.trainer)
 
     def _loader(self, dataset: Dataset) -> DataLoader:
-        return DataLoader(dataset, batch_size=self._per_device_batch(), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return DataLoader(dataset, batch_size=self._per_device_batch(), sampler=step_ordered_sampler(dataset, self.trainer),
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
         t = self.trainer

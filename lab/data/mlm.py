@@ -97,6 +97,7 @@ class MLMDataModule(L.LightningDataModule):
     max_length: tokens per segment incl. [CLS] / [SEP]. batch_size: GLOBAL segments per step.
     mask_prob / replace_mask / replace_random: the masking rule. eval_batches: validation batches (null: all).
     """
+    shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
     def __init__(self, corpora: list, vocab_size: int = 8000, max_length: int = 64, batch_size: int = 64,
                  mask_prob: float = 0.15, replace_mask: float = 0.8, replace_random: float = 0.1,

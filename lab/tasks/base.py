@@ -8,6 +8,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from lab.nn.parallel import fully_shard_blocks
 from lab.nn.params import count_parameters
 
 log = logging.getLogger("lab")
@@ -40,6 +41,14 @@ class Task(L.LightningModule):
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_model(self) -> None:
+        """Under lab.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
+        root, with the strategy's mixed precision, activation checkpointing and per-block compile settings.
+        Other strategies leave the model whole."""
+        settings = getattr(self.trainer.strategy, "fsdp_settings", None)
+        if settings is not None:
+            fully_shard_blocks(self.model, self.device_mesh["data_parallel"], **settings)
 
     def aux_loss(self, stage: str) -> torch.Tensor | float:
         """Auxiliary losses the model's layers produced during the last forward (MoE routing losses),

@@ -44,7 +44,9 @@ class LanguageModelTask(Task):
         metrics = {f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss)}
         if tokens_per_byte:
             metrics[f"{stage}/bpb"] = loss * tokens_per_byte / math.log(2)
-        self.log_dict(metrics, prog_bar=stage == "val", sync_dist=False)
+        # already reduced over processes by torchmetrics: logged as floats, so Lightning neither reduces again
+        # nor warns that epoch-level tensors should be synced
+        self.log_dict({k: float(v) for k, v in metrics.items()}, prog_bar=stage == "val", sync_dist=False)
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val")
