@@ -302,7 +302,7 @@ def test_vanilla_is_the_paper_layout_at_the_small_budget(compose):
     assert compose(["+experiment=translator_small", "task/scheduler=cosine"]).task.scheduler._target_.endswith("warmup_cosine")
 
 
-@pytest.mark.parametrize("experiment", ["translator_small", "translator_vanilla"])
+@pytest.mark.parametrize("experiment", ["translator_small", pytest.param("translator_vanilla", marks=pytest.mark.slow)])
 def test_translator_trains_then_translates_and_evaluates_through_the_cli(tmp_path, experiment):
     env = {"OMP_NUM_THREADS": "1"}
     train([f"+experiment={experiment}", *TINY_TRANSLATOR], tmp_path, env=env)
