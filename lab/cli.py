@@ -4,11 +4,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 import warnings
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
 
+LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
 USER_ERRORS = (LabError, ConfigError)
 
@@ -20,12 +22,26 @@ def user_errors_exit(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except USER_ERRORS as e:
-            log.error("%s", e)
-            print(f"error: {e}", file=sys.stderr)
+        except Exception as e:
+            cause = user_error_in(e)
+            if cause is None:
+                raise
+            log.error("%s", cause)
+            print(f"error: {cause}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper
+
+
+def user_error_in(e: BaseException | None) -> BaseException | None:
+    """The user error behind e, also when Hydra's instantiate wrapped it in an InstantiationException."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, USER_ERRORS):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def quiet_warnings() -> None:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lab.cli import print_config_tree, quiet_warnings, user_errors_exit
 
@@ -19,6 +19,16 @@ def build_loggers(cfg: DictConfig) -> list:
 
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     return [lg for lg in loggers if lg is not None]
+
+
+def fit_validation_into_budget(trainer_cfg: DictConfig) -> None:
+    """trainer.max_steps=100 with the experiment's val_check_interval=250 would be a Lightning error;
+    validate at the end instead, and say so."""
+    interval, steps = trainer_cfg.get("val_check_interval"), trainer_cfg.get("max_steps", -1)
+    if isinstance(interval, int) and 0 < steps < interval:
+        log.info("trainer.val_check_interval=%d > trainer.max_steps=%d: validating at step %d", interval, steps, steps)
+        with open_dict(trainer_cfg):
+            trainer_cfg.val_check_interval = steps
 
 
 def train(cfg: DictConfig) -> float | None:
@@ -60,6 +70,7 @@ def train(cfg: DictConfig) -> float | None:
     counts = task.parameter_counts()
     log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 
+    fit_validation_into_budget(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = build_loggers(cfg)
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

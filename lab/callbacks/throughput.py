@@ -1,10 +1,13 @@
 """Training throughput: tokens/s per device and global, and MFU on GPUs with known peak FLOPs."""
 from __future__ import annotations
 
+import logging
 import time
 
 import lightning as L
 import torch
+
+log = logging.getLogger("lab")
 
 # Dense bf16 peak FLOP/s (no sparsity), by substring of torch.cuda.get_device_name().
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "L4": 121e12, "V100": 125e12}
@@ -26,8 +29,14 @@ class Throughput(L.Callback):
         self.every = every_n_batches
         self._t0: float | None = None
         self._tokens = 0
+        self._first_step_logged = False
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if not self._first_step_logged and trainer.is_global_zero:
+            from lab.cli import LAUNCH_TIME  # noqa: PLC0415
+
+            log.info("first training step %.1fs after launch", time.time() - LAUNCH_TIME)
+            self._first_step_logged = True
         if self._t0 is None:
             self._t0, self._tokens, self._batches = time.perf_counter(), 0, 0
             self._seq_len = pl_module.sequence_length(batch)

@@ -54,28 +54,34 @@ class Block(nn.Module):
         memory: torch.Tensor | None = None,  # [B, S, D]
         memory_mask: torch.Tensor | None = None,
         memory_cache: KVCache | None = None,
+        token_mask: torch.Tensor | None = None,  # [B, T] True on real tokens: MoE routes only those
     ) -> torch.Tensor:
         x = self._residual(x, self.norm_attn, self.self_attn, mask=mask, is_causal=is_causal, cache=cache)
         if self.cross_attn is not None:
             x = self._residual(x, self.norm_cross, self.cross_attn, memory=memory, mask=memory_mask, cache=memory_cache)
-        return self._residual(x, self.norm_ffn, self.ffn)
+        return self._residual(x, self.norm_ffn, self.ffn, token_mask=token_mask)
 
 
-def make_feed_forward(cfg: TransformerConfig) -> nn.Module:
-    """The dense FFN, or a mixture of experts when cfg.moe is set."""
+def make_feed_forward(cfg: TransformerConfig, layer: int = 0, causal: bool = True) -> nn.Module:
+    """The dense FFN, or a mixture of experts when cfg.moe is set and covers this layer (moe.every_n).
+    causal: whether the stack is a decoder (True unless the caller says otherwise: expert-choice routing is
+    refused there)."""
     if cfg.moe:
-        from lab.nn.moe import make_moe  # noqa: PLC0415 - only MoE models pay for it
+        from lab.nn.moe import MoEConfig, make_moe  # noqa: PLC0415 - only MoE models pay for it
 
-        return make_moe(cfg)
+        if MoEConfig.from_model(cfg).applies_to(layer):
+            return make_moe(cfg, causal)
     return make_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.bias, cfg.dropout)
 
 
-def make_block(cfg: TransformerConfig, rotary: RotaryEmbedding | None, cross_attention: bool) -> Block:
+def make_block(
+    cfg: TransformerConfig, rotary: RotaryEmbedding | None, cross_attention: bool, layer: int = 0, causal: bool = True
+) -> Block:
     attn = lambda cross: MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross)  # noqa: E731
     n_sublayers = 3 if cross_attention else 2
     return Block(
         self_attn=attn(False),
-        ffn=make_feed_forward(cfg),
+        ffn=make_feed_forward(cfg, layer, causal),
         norms=[make_norm(cfg.norm, cfg.d_model, cfg.bias) for _ in range(n_sublayers)],
         pre_norm=cfg.norm_placement == "pre",
         dropout=cfg.dropout,
@@ -90,7 +96,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len) if cfg.positions == "rotary" else None
-        self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention, i, causal) for i in range(cfg.n_layers))
         pre = cfg.norm_placement == "pre"
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias) if pre else nn.Identity()
 
@@ -111,6 +117,8 @@ class TransformerStack(nn.Module):
     ) -> torch.Tensor:
         mask = padding_mask[:, None, None, :] if padding_mask is not None else None
         memory_mask = memory_padding_mask[:, None, None, :] if memory_padding_mask is not None else None
+        # the current tokens' own padding (the last T positions when a cache holds earlier ones)
+        token_mask = padding_mask[:, -x.shape[1]:] if padding_mask is not None else None
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,
@@ -120,6 +128,7 @@ class TransformerStack(nn.Module):
                 memory,
                 memory_mask,
                 memory_caches[i] if memory_caches is not None else None,
+                token_mask,
             )
         return self.final_norm(x)
 
@@ -163,3 +172,5 @@ def init_weights(module: nn.Module, std: float, n_residual_layers: int) -> None:
             nn.init.normal_(m.weight, mean=0.0, std=std)
         elif isinstance(m, LearnedPositions):
             nn.init.normal_(m.weight, mean=0.0, std=std)
+        elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
+            m.init_parameters(std, std / math.sqrt(2 * n_residual_layers))

@@ -54,7 +54,7 @@ class TransformerConfig:
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
     moe: dict[str, Any] | None = None
-    """Mixture-of-experts settings replacing the dense FFN (see lab.nn.moe); None for dense."""
+    """Mixture-of-experts settings replacing the dense FFN (fields: lab.nn.moe.MoEConfig); None for dense."""
 
     def __post_init__(self) -> None:
         def check(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -18,7 +18,8 @@ class FeedForward(nn.Module):
         self.act = nn.ReLU() if activation == "relu" else nn.GELU(approximate="tanh")
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """token_mask is accepted so a Block calls every FFN kind alike; position-wise, it needs none."""
         h = self.act(self.up(x))
         return self.down(F.dropout(h, self.dropout) if self.dropout and self.training else h)
 
@@ -33,7 +34,8 @@ class SwiGLU(nn.Module):
         self.down.is_residual_proj = True
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """token_mask: unused, as in FeedForward."""
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         h = F.silu(gate) * up
         return self.down(F.dropout(h, self.dropout) if self.dropout and self.training else h)

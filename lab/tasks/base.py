@@ -17,7 +17,8 @@ class Task(L.LightningModule):
     """A LightningModule around one model.
 
     optimizer: partial optimizer (Hydra `_partial_: true`), called with two parameter groups: weights
-    with >= 2 dims get weight decay, biases/norm gains/1-D params do not.
+    with >= 2 dims get weight decay, biases/norm gains/1-D params (and params marked `no_weight_decay`,
+    e.g. MoE experts' stacked biases) do not.
     scheduler: partial schedule called with the optimizer, stepped every optimizer step.
     """
 
@@ -29,9 +30,10 @@ class Task(L.LightningModule):
 
     def configure_optimizers(self):
         params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p.dim() >= 2 and not getattr(p, "no_weight_decay", False) for p in params]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2]},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            {"params": [p for p, d in zip(params, decay) if d]},
+            {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0},
         ]
         optimizer = self.optimizer_factory(groups)
         if self.scheduler_factory is None:
@@ -41,12 +43,64 @@ class Task(L.LightningModule):
 
     def aux_loss(self, stage: str) -> torch.Tensor | float:
         """Auxiliary losses the model's layers produced during the last forward (MoE routing losses),
-        already weighted; logged per layer kind under `<stage>/aux/...`. 0 for dense models."""
+        already weighted, summed for the task loss; 0 for dense models. Logs their sum as `<stage>/aux_loss`
+        and each MoE layer's routing statistics (see `log_routing`)."""
         total: torch.Tensor | float = 0.0
         for module in self.model.modules():
             for value in (getattr(module, "aux_losses", None) or {}).values():
                 total = total + value
+        if isinstance(total, torch.Tensor):
+            self.log(f"{stage}/aux_loss", total.detach())
+        self.log_routing(stage)
         return total
+
+    def routing_layers(self) -> dict[str, dict[str, torch.Tensor]]:
+        """{layer name: routing_stats} of every MoE layer's last forward, e.g. "decoder.1" for
+        model.decoder.layers[1].ffn."""
+        return {
+            name.replace("layers.", "").removesuffix(".ffn"): m.routing_stats
+            for name, m in self.model.named_modules()
+            if getattr(m, "routing_stats", None)
+        }
+
+    def log_routing(self, stage: str) -> None:
+        """Per MoE layer, under `<stage>/moe/<layer>/`: load_balance and z_loss (unweighted), router entropy
+        (nats), dropped (share of token->expert assignments over capacity) and expert_<i> (share of the
+        assignments routed to expert i, one CSV column each). In training, every log_every_n_steps, the
+        expert shares also go to W&B as a histogram over experts (one bar per expert, a heat map over steps)."""
+        layers = self.routing_layers()
+        if not layers:
+            return
+        metrics = {}
+        for layer, stats in layers.items():
+            for key, value in stats.items():
+                if key == "expert_fraction":
+                    metrics.update({f"{stage}/moe/{layer}/expert_{i}": v for i, v in enumerate(value)})
+                else:
+                    metrics[f"{stage}/moe/{layer}/{key}"] = value
+        self.log_dict(metrics)
+        if stage == "train" and self.global_step % self.trainer.log_every_n_steps == 0:
+            self._log_expert_histograms(layers)
+
+    def _log_expert_histograms(self, layers: dict[str, dict[str, torch.Tensor]]) -> None:
+        from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
+
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger) and self.trainer.global_rank == 0:
+                import wandb  # noqa: PLC0415
+
+                charts = {}
+                for layer, stats in layers.items():
+                    shares = stats["expert_fraction"].float().cpu().numpy()
+                    edges = list(range(len(shares) + 1))  # bin i = expert i
+                    charts[f"train/moe/{layer}/experts"] = wandb.Histogram(np_histogram=(shares.tolist(), edges))
+                logger.log_metrics(charts, step=self.global_step)
+
+    def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self.log_routing("val")  # averaged over the validation batches (eval-mode capacity)
+
+    def on_test_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self.log_routing("test")
 
     def count_tokens(self, batch) -> int:
         """Tokens processed by a training batch (the throughput callback divides by time)."""

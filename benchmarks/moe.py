@@ -1,0 +1,169 @@
+"""Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
+
+    python benchmarks/moe.py [--threads N] [--reps 5] [--rounds 3] [--steps 20] [--skip-model]
+
+1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu):
+   - lab MoE, 8 experts of hidden 768, top-2 (capacity 1.25, and dropless)
+   - dense FFN of hidden 1536 (the same active parameters per token)
+   - the seeds' MixtureOfExperts (/work/shared/seeds, "LLM CodeBase" MoE section): per-expert masked loop,
+     with its undefined `self.expert_capacity` fixed to the capacity it computes
+   Target: lab MoE <= 1.2x dense, and faster than the seeds' loop.
+2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs
+   gpt_small (equal active parameters), vocabulary 4096 as their data gives.
+
+Each round times every contender once (alternating, so machine load hits all alike); the best round is
+reported. Times are wall clock: on a shared machine they are inflated, the ratios less so.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lab.nn import TransformerConfig
+from lab.nn.ffn import make_ffn
+from lab.nn.moe import make_moe
+from lab.nn.params import count_parameters
+
+B, T, D, E, K, H_EXPERT = 12, 256, 384, 8, 2, 768
+
+
+class SeedMixtureOfExperts(nn.Module):
+    """The seeds' MoE, verbatim in its algorithm (masks per expert, per-k loop, random capacity drop); the
+    one fix: `self.expert_capacity` was never set, so the locally computed capacity is used."""
+
+    def __init__(self, hidden_dim, num_experts, expert_dim, k=2, capacity_factor=1.0):
+        super().__init__()
+        self.hidden_dim, self.num_experts, self.expert_dim, self.k = hidden_dim, num_experts, expert_dim, k
+        self.router = nn.Linear(hidden_dim, num_experts)
+        self.experts = nn.ModuleList([
+            nn.Sequential(nn.Linear(hidden_dim, expert_dim), nn.GELU(), nn.Linear(expert_dim, hidden_dim))
+            for _ in range(num_experts)
+        ])
+        self.capacity_factor = capacity_factor
+
+    def forward(self, x):
+        batch_size, seq_length, hidden_dim = x.shape
+        total_tokens = batch_size * seq_length
+        expert_capacity = int(self.capacity_factor * (total_tokens * self.k) / self.num_experts)  # the fix
+        x_reshaped = x.reshape(-1, hidden_dim)
+        router_probs = F.softmax(self.router(x_reshaped), dim=-1)
+        router_probs_topk, router_indices_topk = torch.topk(router_probs, k=self.k, dim=-1)
+        router_probs_topk = router_probs_topk / router_probs_topk.sum(dim=-1, keepdim=True)
+        expert_outputs = []
+        for expert_idx, expert in enumerate(self.experts):
+            expert_selector = torch.zeros(total_tokens, self.k, device=x.device)
+            for k_idx in range(self.k):
+                expert_selector[:, k_idx] = (router_indices_topk[:, k_idx] == expert_idx).float()
+            token_is_routed = (expert_selector.sum(dim=-1) > 0).float()
+            indices = token_is_routed.nonzero().squeeze(-1)
+            if indices.shape[0] > 0:
+                if indices.shape[0] > expert_capacity:
+                    indices = indices[torch.randperm(indices.shape[0], device=x.device)[:expert_capacity]]
+                expanded = torch.zeros(total_tokens, hidden_dim, device=x.device)
+                expanded[indices] = expert(x_reshaped[indices])
+                weight = (expert_selector * router_probs_topk).sum(dim=-1)
+                expert_outputs.append(expanded * weight.unsqueeze(-1))
+            else:
+                expert_outputs.append(torch.zeros(total_tokens, hidden_dim, device=x.device))
+        return sum(expert_outputs).reshape(batch_size, seq_length, hidden_dim)
+
+
+def layer_contenders() -> dict[str, nn.Module]:
+    def lab_moe(capacity):
+        cfg = TransformerConfig(d_model=D, n_heads=6, n_layers=1, moe=dict(
+            num_experts=E, top_k=K, expert_hidden=H_EXPERT, capacity_factor=capacity))
+        return make_moe(cfg, causal=True)
+
+    return {
+        f"dense FFN hidden {K * H_EXPERT}": make_ffn("gelu", D, K * H_EXPERT),
+        f"lab MoE {E}x{H_EXPERT} top-{K} cap 1.25": lab_moe(1.25),
+        f"lab MoE {E}x{H_EXPERT} top-{K} dropless": lab_moe(None),
+        f"seeds' MoE loop {E}x{H_EXPERT} top-{K} cap 1.25": SeedMixtureOfExperts(D, E, H_EXPERT, K, 1.25),
+    }
+
+
+def time_layer(layer: nn.Module, x: torch.Tensor, reps: int) -> float:
+    """Seconds per forward+backward (mean over reps, after one warm-up)."""
+    grad = torch.randn_like(x)
+    for i in range(reps + 1):
+        if i == 1:
+            start = time.perf_counter()
+        x.grad = None
+        layer(x).backward(grad)
+    return (time.perf_counter() - start) / reps
+
+
+def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int) -> float:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab, (batch, seq + 1))
+    for i in range(steps + 2):
+        if i == 2:
+            start = time.perf_counter()
+        logits = model(ids[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        aux = sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
+        (loss + aux).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return steps * batch * seq / (time.perf_counter() - start)
+
+
+def experiment_model(name: str, vocab: int):
+    from hydra import compose, initialize_config_dir
+
+    from lab.models import build_model
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=[f"+experiment={name}"])
+    torch.manual_seed(0)
+    return build_model(cfg.model, {"vocab_size": vocab}), cfg.data.batch_size, cfg.model.max_seq_len
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+
+    torch.manual_seed(0)
+    layers = layer_contenders()
+    x = torch.randn(B, T, D, requires_grad=True)
+    best = {name: float("inf") for name in layers}
+    for _ in range(args.rounds):
+        for name, layer in layers.items():
+            best[name] = min(best[name], time_layer(layer, x, args.reps))
+    dense = best[next(iter(layers))]
+    print(f"\none FFN layer, forward+backward, B={B} T={T} D={D} (best of {args.rounds} rounds x {args.reps} reps)")
+    print(f"{'layer':<42} {'ms':>8} {'x dense':>8}")
+    for name, seconds in best.items():
+        print(f"{name:<42} {seconds * 1e3:>8.1f} {seconds / dense:>8.2f}")
+
+    if args.skip_model:
+        return
+    vocab = 4096
+    models = {name: experiment_model(name, vocab) for name in ("gpt_small", "gpt_small_moe")}
+    rates = {name: 0.0 for name in models}
+    for _ in range(args.rounds):
+        for name, (model, batch, seq) in models.items():
+            rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps))
+    print(f"\nwhole model training step (fwd+bwd+AdamW), vocab {vocab}, best of {args.rounds} rounds x {args.steps} steps")
+    print(f"{'experiment':<16} {'total params':>13} {'active':>11} {'tokens/s':>9}")
+    for name, (model, _, _) in models.items():
+        counts = count_parameters(model)
+        print(f"{name:<16} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f}")
+
+
+if __name__ == "__main__":
+    main()
