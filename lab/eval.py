@@ -18,7 +18,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     ckpt = read_checkpoint(cfg.ckpt_path)
     meta = lab_metadata(ckpt, cfg.ckpt_path)
-    run_cfg = OmegaConf.merge(OmegaConf.create(meta["config"]), {"data": cfg.get("data") or {}})
+    run_cfg = OmegaConf.merge(OmegaConf.create(meta["config"]),
+                              {"data": cfg.get("data") or {}, "task": cfg.get("task") or {}})
     datamodule = instantiate(run_cfg.data)
     datamodule.prepare_data()
     datamodule.setup("test")

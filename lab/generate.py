@@ -21,8 +21,8 @@ def main(cfg: DictConfig) -> None:
 
     device = pick_device(cfg.device)
     model, tokenizer, meta = load_model(cfg.ckpt_path, device)
-    if not hasattr(model, "new_caches") or not hasattr(model, "lm_head"):
-        raise LabError(f"{cfg.ckpt_path} is not a language model checkpoint; lab.generate samples from GPT runs")
+    if not hasattr(model, "new_caches") or not hasattr(model, "lm_head") or hasattr(model, "encode"):
+        raise LabError(f"{cfg.ckpt_path} is not a language model checkpoint; lab.generate samples from GPT runs (translators: lab.translate)")
     prompt_ids = tokenizer.encode(str(cfg.prompt))
     if not prompt_ids:
         raise LabError("prompt encodes to no tokens; give a non-empty prompt")

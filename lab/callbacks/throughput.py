@@ -39,7 +39,7 @@ class Throughput(L.Callback):
             self._first_step_logged = True
         if self._t0 is None:
             self._t0, self._tokens, self._batches = time.perf_counter(), 0, 0
-            self._seq_len = batch[0].shape[-1]
+            self._seq_len = pl_module.sequence_length(batch)
         self._tokens += pl_module.count_tokens(batch)
         self._batches += 1
 

@@ -71,3 +71,121 @@ def generate(
         if eos_id is not None and bool(finished.all()):
             break
     return ids
+
+
+def _max_lengths(src_mask: torch.Tensor, max_len_ratio: float, max_len_offset: int, model_max: int) -> torch.Tensor:
+    """Per sentence: tokens the decoder may produce (eos included), ratio * source length + offset, capped
+    by the decoder's position table (bos takes one position)."""
+    return (src_mask.sum(1) * max_len_ratio).long().add(max_len_offset).clamp(1, model_max - 1)
+
+
+def _strip(row: list[int], eos_id: int) -> list[int]:
+    return row[: row.index(eos_id)] if eos_id in row else row
+
+
+@torch.inference_mode()
+def greedy_translate(
+    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True
+) -> list[list[int]]:
+    """Most likely next token each step, all sentences of the batch at once; -> token ids without bos/eos.
+
+    model: `encode(src) -> (memory, src_mask)`, `decode(tgt, memory, src_mask, caches, memory_caches)`,
+    `new_caches(batch, src_len, max_len)`, bos_id, eos_id, max_seq_len (lab.models.seq2seq.EncoderDecoder).
+    """
+    memory, src_mask = model.encode(src)  # once per sentence
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    B = src.shape[0]
+    tokens = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)
+    caches, memory_caches = model.new_caches(B, src.shape[1], int(max_lens.max()) + 1) if use_cache else (None, None)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for step in range(1, int(max_lens.max()) + 1):
+        inputs = tokens[:, -1:] if use_cache else tokens
+        logits = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1]  # [B, V]
+        next_id = sample_next(logits, temperature=0)  # [B, 1]
+        next_id = next_id.masked_fill((step >= max_lens)[:, None], model.eos_id)  # out of room: end here
+        next_id = next_id.masked_fill(finished[:, None], model.eos_id)
+        finished |= next_id[:, 0] == model.eos_id
+        tokens = torch.cat([tokens, next_id], dim=1)
+        if bool(finished.all()):
+            break
+    return [_strip(row[1:], model.eos_id) for row in tokens.tolist()]
+
+
+@torch.inference_mode()
+def beam_search(
+    model,
+    src: torch.Tensor,  # [B, S]
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    max_len_ratio: float = 1.5,
+    max_len_offset: int = 10,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
+    without bos/eos). Same model interface as greedy_translate.
+
+    Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos). Each step keeps the
+    2k best expansions of a sentence: those ending in eos among the first k are finished, the best k others
+    continue, so eos never crowds out live beams. A sentence stops when it has k finished hypotheses (early
+    stop) or reaches its maximum length, and leaves the batch; the batch stops when every sentence has.
+    The encoder runs once per sentence; the first step also runs once per sentence (every beam starts from
+    the same bos), which fills the cross-attention caches, and only then are rows expanded to k beams.
+    """
+    memory, src_mask = model.encode(src)
+    B, S = src.shape
+    eos, K = model.eos_id, beam_size
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    caches, memory_caches = model.new_caches(B, S, int(max_lens.max()) + 1) if use_cache else (None, None)
+
+    sentence = torch.arange(B, device=src.device)  # original index of each live sentence
+    tokens = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)  # [N = live * beams, t]
+    scores = torch.zeros(B, 1, device=src.device)  # [live, beams] cumulative log-probabilities
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    while True:
+        beams = scores.shape[1]
+        inputs = tokens[:, -1:] if use_cache else tokens
+        logp = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1].float().log_softmax(-1)  # [N, V]
+        V = logp.shape[-1]
+        step = tokens.shape[1]  # tokens generated once this step's token is appended (eos included)
+        at_limit = step >= max_lens  # [live]
+        if bool(at_limit.any()):  # out of room: only eos may follow
+            forced = at_limit.repeat_interleave(beams)
+            logp[forced] = torch.where(torch.arange(V, device=src.device) == eos, 0.0, float("-inf"))[None]
+        candidates = (scores[:, :, None] + logp.view(-1, beams, V)).view(-1, beams * V)  # [live, beams*V]
+        top_scores, top_index = candidates.topk(min(2 * K, beams * V), dim=-1)  # [live, 2K]
+        parent, token = top_index // V, top_index % V
+        is_eos = token == eos
+
+        for b, j in (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist():
+            s = int(sentence[b])
+            if len(finished[s]) < K:
+                row = b * beams + int(parent[b, j])
+                finished[s].append((float(top_scores[b, j]) / step**length_penalty, tokens[row, 1:].tolist()))
+        live = ~at_limit & torch.tensor([len(finished[s]) < K for s in sentence.tolist()], device=src.device)
+        if not bool(live.any()):
+            break
+
+        # the K best non-eos expansions of each live sentence continue
+        rank = torch.where(is_eos, 2 * K, 0) + torch.arange(is_eos.shape[1], device=src.device)  # eos sorts last
+        keep = rank.argsort(dim=-1)[:, :K]  # [live, K] positions among the 2K candidates
+        rows = (torch.arange(len(sentence), device=src.device)[:, None] * beams + parent.gather(1, keep))[live].view(-1)
+        tokens = torch.cat([tokens[rows], token.gather(1, keep)[live].view(-1, 1)], dim=1)
+        scores = top_scores.gather(1, keep)[live]
+        if caches is not None:
+            for c in caches:
+                c.reorder(rows)  # each beam continues its parent's history
+        if beams != K or not bool(live.all()):  # rows of a sentence share one memory: regroup only when rows change
+            memory, src_mask = memory[rows], src_mask[rows]
+            if memory_caches is not None:
+                for c in memory_caches:
+                    c.reorder(rows)
+        sentence, max_lens = sentence[live], max_lens[live]
+    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+
+
+def translate_ids(model, src: torch.Tensor, beam_size: int = 5, **settings) -> list[list[int]]:
+    """Greedy for beam_size 1, else beam search; settings as those functions take them."""
+    if beam_size == 1:
+        settings.pop("length_penalty", None)  # greedy has no length normalisation
+        return greedy_translate(model, src, **settings)
+    return beam_search(model, src, beam_size, **settings)

@@ -115,6 +115,10 @@ class Task(L.LightningModule):
         """Tokens processed by a training batch (the throughput callback divides by time)."""
         return int(batch[0].numel())
 
+    def sequence_length(self, batch) -> int:
+        """Positions per sequence of a training batch (the attention term of the FLOPs estimate)."""
+        return int(batch[0].shape[-1])
+
     def parameter_counts(self) -> dict[str, int]:
         return count_parameters(self.model)
 

@@ -1,0 +1,65 @@
+"""Encoder-decoder transformer (Vaswani et al. 2017) built from the shared core."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, init_weights
+
+
+class EncoderDecoder(nn.Module):
+    """Bidirectional encoder over the source; causal decoder with cross-attention to the encoder output.
+
+    Source padding is masked in encoder self-attention and in every cross-attention. Target padding needs
+    no mask: targets are right-padded, so causal attention never lets a real position see a pad, and the
+    loss ignores pad positions.
+    share_embeddings: one token embedding for both languages (a joint vocabulary); with tie_embeddings it
+    is also the output projection (Press & Wolf 2017; "Attention Is All You Need" 3.4 shares all three).
+    """
+
+    def __init__(self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, share_embeddings: bool = True, **arch):
+        super().__init__()
+        self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
+        self.vocab_size, self.pad_id, self.bos_id, self.eos_id = vocab_size, pad_id, bos_id, eos_id
+        self.src_embed = Embeddings(vocab_size, cfg)
+        self.tgt_embed = Embeddings(vocab_size, cfg)
+        self.encoder = TransformerStack(cfg, causal=False)
+        self.decoder = TransformerStack(cfg, causal=True, cross_attention=True)
+        self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        init_weights(self, cfg.init_std, cfg.n_layers)
+        if share_embeddings:  # after init, so the names share one tensor
+            self.tgt_embed.tokens.weight = self.src_embed.tokens.weight
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tgt_embed.tokens.weight
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.cfg.max_seq_len
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: [B, S] -> memory [B, S, D] and its padding mask [B, S] (True = real token)."""
+        src_mask = src != self.pad_id
+        return self.encoder(self.src_embed(src), padding_mask=src_mask), src_mask
+
+    def new_caches(self, batch: int, src_len: int, max_len: int | None = None) -> tuple[list[KVCache], list[KVCache]]:
+        """Decoder self-attention caches (max_len target positions) and cross-attention caches, which hold
+        each layer's projected memory once per source sentence."""
+        return self.decoder.new_caches(batch, max_len), self.decoder.new_caches(batch, src_len)
+
+    def decode(
+        self,
+        tgt: torch.Tensor,  # [B, T] target prefix, or its new tokens when caches are given
+        memory: torch.Tensor,  # [B, S, D]
+        src_mask: torch.Tensor,  # [B, S]
+        caches: list[KVCache] | None = None,
+        memory_caches: list[KVCache] | None = None,
+    ) -> torch.Tensor:  # [B, T, V]
+        start = caches[0].length if caches is not None else 0
+        x = self.decoder(self.tgt_embed(tgt, start), caches=caches, memory=memory, memory_padding_mask=src_mask,
+                         memory_caches=memory_caches)
+        return self.lm_head(x)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src [B, S], tgt [B, T] (bos + target, shifted right) -> logits [B, T, V]."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)
