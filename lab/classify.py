@@ -1,7 +1,6 @@
 """Label texts with a classifier checkpoint: python -m lab.classify ckpt_path=... text="..." (or file=lines.txt)"""
 from __future__ import annotations
 
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -33,17 +32,9 @@ def classify(model, tokenizer, labels: list[str], texts: list[str], max_length: 
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     from lab.checkpoint import load_model  # noqa: PLC0415
-    from lab.inference import pick_device  # noqa: PLC0415
+    from lab.inference import pick_device, read_inputs  # noqa: PLC0415
 
-    if (cfg.text is None) == (cfg.file is None):
-        raise LabError('give exactly one of text="..." or file=<path with one text per line>')
-    if cfg.file is not None:
-        path = Path(str(cfg.file)).expanduser()
-        if not path.is_file():
-            raise LabError(f"file={path} does not exist")
-        texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    else:
-        texts = [str(cfg.text)]
+    texts = read_inputs(cfg.text, cfg.file)
     model, tokenizer, meta = load_model(cfg.ckpt_path, pick_device(cfg.device))
     labels = (meta.get("data") or {}).get("labels")
     if not hasattr(model, "classifier") or getattr(model, "head_kind", None) != "sequence" or not labels:

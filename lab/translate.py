@@ -34,22 +34,14 @@ def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_si
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     from lab.checkpoint import load_model  # noqa: PLC0415
-    from lab.inference import pick_device  # noqa: PLC0415
+    from lab.inference import pick_device, read_inputs  # noqa: PLC0415
 
-    if (cfg.text is None) == (cfg.input_file is None):
-        raise LabError('give exactly one of text="..." or input_file=<one sentence per line>')
+    lines = read_inputs(cfg.text, cfg.input_file, "input_file")
     if int(cfg.beam_size) < 1:
         raise LabError(f"beam_size must be >= 1, got {cfg.beam_size}")
     model, tokenizer, _ = load_model(cfg.ckpt_path, pick_device(cfg.device))
     if not hasattr(model, "encode") or not hasattr(model, "bos_id"):
         raise LabError(f"{cfg.ckpt_path} is not a translator checkpoint; lab.translate needs a seq2seq run")
-    if cfg.text is not None:
-        lines = [str(cfg.text)]
-    else:
-        path = Path(str(cfg.input_file)).expanduser()
-        if not path.is_file():
-            raise LabError(f"input_file={path} does not exist")
-        lines = path.read_text(encoding="utf-8").splitlines()
     settings = {"max_len_ratio": float(cfg.max_len_ratio), "max_len_offset": int(cfg.max_len_offset),
                 "length_penalty": float(cfg.length_penalty)}
     t0 = time.perf_counter()

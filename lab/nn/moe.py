@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
 
 import torch
 import torch.nn.functional as F
