@@ -32,13 +32,14 @@ class KVCache:
         start, end = self.length, self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
+        # narrow().copy_() rather than slice assignment: decoding is bound by per-call overhead
+        self.k.narrow(2, start, end - start).copy_(k)
+        self.v.narrow(2, start, end - start).copy_(v)
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        return self.view()
 
     def view(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+        return self.k.narrow(2, 0, self.length), self.v.narrow(2, 0, self.length)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Select batch rows (beam search keeps the surviving beams' histories)."""
