@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup browser train test test-slow test-all bench clean
+.PHONY: setup browser apt-lists train test test-slow test-all bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,16 +24,22 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the report rendering test will be skipped"
 
+# The translator's corpus is a Debian package: `apt-get download` needs the package lists (fresh machines may lack them).
+apt-lists:
+	@ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && $(SUDO) apt-get update -qq; } || \
+	  echo "no apt package lists: the translator's data will fail to fetch, with the command that fixes it"
+
 train: setup
 	$(PY) -m lab.train +experiment=gpt_small
 
-test: setup browser
+test: setup browser apt-lists
 	$(PY) -m pytest -q
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-test-all: setup browser
+test-all: setup browser apt-lists
 	$(PY) -m pytest -q -m ''
 
 bench: setup
