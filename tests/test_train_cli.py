@@ -30,7 +30,7 @@ def test_run_dir_holds_config_checkpoints_metrics_and_log(tiny_run):
 def test_resume_continues_the_same_curve(tiny_run, tmp_path):
     """20 steps, then resume from last.ckpt to 40: the losses equal the uninterrupted 40-step run's."""
     run, _ = tiny_run
-    short = train(TINY_LM + ["trainer.max_steps=20", "trainer.val_check_interval=20"], tmp_path / "a")
+    train(TINY_LM + ["trainer.max_steps=20", "trainer.val_check_interval=20"], tmp_path / "a")
     (first,) = run_dirs(tmp_path / "a")
     train(TINY_LM + ["trainer.max_steps=40", "trainer.val_check_interval=20",
                      f"ckpt_path={first}/checkpoints/last.ckpt"], tmp_path / "b")
@@ -43,7 +43,6 @@ def test_resume_continues_the_same_curve(tiny_run, tmp_path):
         assert cont[step] == pytest.approx(full[step], rel=1e-4), f"step {step} differs from the uninterrupted run"
     assert metric_by_step(read_metrics(resumed), "val/loss")[39] == pytest.approx(
         metric_by_step(read_metrics(run), "val/loss")[39], rel=1e-4)
-    del short
 
 
 def test_generate_samples_from_the_checkpoint_with_kv_cache(tiny_run, tmp_path):
