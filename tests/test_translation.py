@@ -222,6 +222,31 @@ def test_user_pairs_seeded_split_direction_and_dynamic_padding(tmp_path, fmt):
     assert b["target"][:, 0].eq(BOS).all() and (b["source"] == EOS).sum() == 4
 
 
+def test_token_budget_batches_are_bucketed_seeded_and_cover_every_pair_once(tmp_path):
+    with open(tmp_path / "pairs.tsv", "w") as f:  # sentence lengths 1..12 words, shuffled
+        for i in range(80):
+            words = " ".join(["wort"] * (1 + (i * 7) % 12))
+            f.write(f"{words} {i}.\tword {i} {words}.\n")
+
+    def epoch(batch_tokens: int | None, seed: int = 7) -> list[dict]:
+        dm = user_datamodule(tmp_path, train_file=str(tmp_path / "pairs.tsv"), batch_tokens=batch_tokens)
+        dm.seed = seed
+        return list(dm.train_dataloader())
+
+    def padding(batches) -> float:
+        tokens = sum(b[k].numel() for b in batches for k in ("source", "target"))
+        return sum(b[k].eq(PAD).sum().item() for b in batches for k in ("source", "target")) / tokens
+
+    bucketed = epoch(200)
+    seen = [s for b in bucketed for s in b["source_text"]]
+    assert len(seen) == len(set(seen)) == 60  # every training pair once per epoch
+    assert all(b["source"].numel() + b["target"].numel() <= 200 for b in bucketed)
+    assert len({len(b["source_text"]) for b in bucketed}) > 1  # short pairs come more to a batch
+    assert padding(bucketed) < 0.5 * padding(epoch(None))
+    assert [b["source_text"] for b in epoch(200)] == [b["source_text"] for b in bucketed]  # data.seed fixes them
+    assert [b["source_text"] for b in epoch(200, seed=8)] != [b["source_text"] for b in bucketed]
+
+
 def test_user_valid_file_is_used_instead_of_a_split(tmp_path):
     write_pairs(tmp_path / "train.tsv", 50, "tsv")
     valid = write_pairs(tmp_path / "valid.tsv", 5, "tsv")

@@ -11,12 +11,12 @@ from torch.utils.data import Sampler
 from lab.errors import DataError
 
 
-def per_device_batch(batch_size: int, trainer) -> int:
+def per_device_batch(batch_size: int, trainer, field: str = "data.batch_size") -> int:
     """data.batch_size is GLOBAL (per optimizer step); each device loads batch / (devices * accumulation)."""
     world, accum = (trainer.world_size, trainer.accumulate_grad_batches) if trainer is not None else (1, 1)
     if batch_size % (world * accum):
         raise DataError(
-            f"data.batch_size={batch_size} (global) is not divisible by devices x accumulate_grad_batches "
+            f"{field}={batch_size} (global) is not divisible by devices x accumulate_grad_batches "
             f"= {world} x {accum}; choose a multiple of {world * accum}"
         )
     return batch_size // (world * accum)
@@ -37,28 +37,44 @@ class BucketBatchSampler(Sampler[list[int]]):
     pool by length, cut it into batches, shuffle the batch order. Batches stay random across epochs and
     pools while the padding inside a batch is small. shuffle=False (evaluation): one sort by length.
     With several devices each rank takes every world-th batch.
+
+    max_tokens: cut batches by padded tokens (items x longest length) instead of batch_size items, as
+    fairseq's --max-tokens does. With a fixed item count, sorted batches of short items hold a fraction of
+    the tokens of long ones, yet each is one optimizer step of the same weight: short sequences would count
+    for more per token than in random batches. An item longer than max_tokens gets a batch of its own.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
-                 pool_batches: int = 50, rank: int = 0, world: int = 1):
+                 pool_batches: int = 50, rank: int = 0, world: int = 1, max_tokens: int | None = None):
         self.lengths = np.asarray(lengths)
-        self.batch_size, self.shuffle, self.seed, self.pool = batch_size, shuffle, seed, pool_batches * batch_size
-        self.rank, self.world, self.epoch = rank, world, 0
+        self.batch_size, self.shuffle, self.seed, self.max_tokens = batch_size, shuffle, seed, max_tokens
+        per_batch = batch_size if max_tokens is None else max(1, max_tokens // max(1, int(self.lengths.mean())))
+        self.pool, self.rank, self.world, self.epoch = pool_batches * per_batch, rank, world, 0
 
     def set_epoch(self, epoch: int) -> None:  # Lightning calls this at every epoch start
         self.epoch = epoch
 
+    def _cut(self, order: np.ndarray) -> list[list[int]]:
+        """Consecutive batches of `order` (sorted by length, ascending)."""
+        if self.max_tokens is None:
+            return [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        batches, batch = [], []
+        for i in order.tolist():  # ascending: the newest item is the longest of its batch
+            if batch and (len(batch) + 1) * self.lengths[i] > self.max_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append(i)
+        return batches + [batch] if batch else batches
+
     def _batches(self) -> list[list[int]]:
         if not self.shuffle:
-            order = np.argsort(self.lengths, kind="stable")
-            return [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+            return self._cut(np.argsort(self.lengths, kind="stable"))
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(len(self.lengths))
         batches = []
         for p in range(0, len(order), self.pool):
             pool = order[p : p + self.pool]
-            pool = pool[np.argsort(self.lengths[pool], kind="stable")]
-            batches += [pool[i : i + self.batch_size].tolist() for i in range(0, len(pool), self.batch_size)]
+            batches += self._cut(pool[np.argsort(self.lengths[pool], kind="stable")])
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __iter__(self) -> Iterator[list[int]]:

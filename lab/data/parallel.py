@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.sources import DebianPackage
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
@@ -129,14 +130,6 @@ class PairDataset(Dataset):
         return self.pairs[i], self.source_ids[i], self.target_ids[i]
 
 
-def pad_batch(rows: list[list[int]], pad_id: int) -> torch.Tensor:
-    """Right-pad to the longest row of this batch (dynamic padding): [B, max len]."""
-    out = torch.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    return out
-
-
 class ParallelDataModule(L.LightningDataModule):
     """Fields:
     corpus: Ding() or ParallelFiles(...) (`.load(cache_dir) -> {split: [(source, target)]}`).
@@ -146,15 +139,19 @@ class ParallelDataModule(L.LightningDataModule):
     max_tokens: training pairs longer than this on either side (with bos/eos) are dropped; held-out sources
     are truncated to it, references are never touched.
     batch_size: GLOBAL sentence pairs per optimizer step (per device: batch_size / (devices * accumulation)).
+    batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
+    batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
+    Held-out batches keep the split's order, so the first val_bleu_batches are a fair sample of it.
     """
 
     def __init__(self, corpus, reverse: bool = False, valid_size: int = 1000, test_size: int = 1000,
                  vocab_size: int = 8000, max_tokens: int = 128, batch_size: int = 64, eval_batch_size: int = 100,
-                 cache_dir: str = "~/.cache/lab", seed: int = 1337, num_workers: int = 0):
+                 batch_tokens: int | None = None, cache_dir: str = "~/.cache/lab", seed: int = 1337, num_workers: int = 0):
         super().__init__()
         self.corpus, self.reverse = corpus, reverse
         self.valid_size, self.test_size, self.vocab_size_setting = valid_size, test_size, vocab_size
         self.max_tokens, self.batch_size, self.eval_batch_size = max_tokens, batch_size, eval_batch_size
+        self.batch_tokens = batch_tokens
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.tokenizer = None
         self.datasets: dict[str, PairDataset] = {}
@@ -241,19 +238,22 @@ class ParallelDataModule(L.LightningDataModule):
         return {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0),
                 "source_text": [p[0] for p in pairs], "reference_text": [p[1] for p in pairs]}
 
-    def _per_device(self, batch_size: int) -> int:
-        t = self.trainer
-        world, accum = (t.world_size, t.accumulate_grad_batches) if t is not None else (1, 1)
-        if batch_size % (world * accum):
-            raise DataError(f"data.batch_size={batch_size} (global) is not divisible by devices x "
-                            f"accumulate_grad_batches = {world} x {accum}; choose a multiple of {world * accum}")
-        return batch_size // (world * accum)
+    @property
+    def shards_batches(self) -> bool:  # a BucketBatchSampler takes each rank's batches itself (see lab.train)
+        return self.batch_tokens is not None
 
     def train_dataloader(self) -> DataLoader:
-        # a seeded shuffle: the same seed gives the same batches (the budget comparison depends on it)
-        return DataLoader(self.datasets["train"], batch_size=self._per_device(self.batch_size), shuffle=True,
-                          drop_last=True, collate_fn=self.collate, num_workers=self.num_workers,
-                          generator=torch.Generator().manual_seed(self.seed))
+        # seeded: the same data.seed gives the same batches in every run (the budget comparison depends on it)
+        data, t = self.datasets["train"], self.trainer
+        if self.batch_tokens is None:  # random batches of batch_size pairs
+            return DataLoader(data, batch_size=per_device_batch(self.batch_size, t), shuffle=True, drop_last=True,
+                              collate_fn=self.collate, num_workers=self.num_workers,
+                              generator=torch.Generator().manual_seed(self.seed))
+        rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
+        lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)]
+        sampler = BucketBatchSampler(lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
+                                     world=world, max_tokens=per_device_batch(self.batch_tokens, t, "data.batch_tokens"))
+        return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
         return DataLoader(self.datasets[split], batch_size=self.eval_batch_size, collate_fn=self.collate,
