@@ -14,7 +14,7 @@ from lab.errors import LabError
 
 def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_size: int, **settings) -> list[str]:
     """Sentences -> translations, batch_size at a time (sorted by length so batches carry little padding)."""
-    from lab.data.parallel import pad_batch  # noqa: PLC0415
+    from lab.data.batching import pad_batch  # noqa: PLC0415
     from lab.models.decoding import translate_ids  # noqa: PLC0415
 
     device = next(model.parameters()).device
