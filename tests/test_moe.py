@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import CONF, TINY_LM, read_metrics, run_dirs, train
+from conftest import TINY_LM, read_metrics, run_dirs, train
 from lab.models.gpt import GPT
 from lab.nn import ConfigError, TransformerConfig, TransformerStack
 from lab.nn.ffn import make_ffn
@@ -209,7 +209,6 @@ def test_moe_encoder_classifier_trains_with_expert_choice_through_the_cli(tmp_pa
     assert any(r.get("val/acc") for r in rows) and any(r.get("val/moe/encoder.stack.1/dropped") for r in rows)
 
 
-@pytest.mark.skipif(not (CONF / "experiment" / "translator_small.yaml").exists(), reason="needs the translator (issue 4)")
 def test_moe_translator_trains_through_the_cli_with_moe_in_both_stacks(tmp_path):
     train(["+experiment=translator_small_moe", "trainer.max_steps=4", "trainer.val_check_interval=2",
            "+trainer.limit_val_batches=2", *QUICK], tmp_path)
