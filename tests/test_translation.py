@@ -245,6 +245,8 @@ def test_token_budget_batches_are_bucketed_seeded_and_cover_every_pair_once(tmp_
     assert padding(bucketed) < 0.5 * padding(epoch(None))
     assert [b["source_text"] for b in epoch(200)] == [b["source_text"] for b in bucketed]  # data.seed fixes them
     assert [b["source_text"] for b in epoch(200, seed=8)] != [b["source_text"] for b in bucketed]
+    with pytest.raises(DataError, match="data.batch_tokens=0"):
+        epoch(0)
 
 
 def test_user_valid_file_is_used_instead_of_a_split(tmp_path):

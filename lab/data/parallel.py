@@ -151,6 +151,9 @@ class ParallelDataModule(L.LightningDataModule):
         self.corpus, self.reverse = corpus, reverse
         self.valid_size, self.test_size, self.vocab_size_setting = valid_size, test_size, vocab_size
         self.max_tokens, self.batch_size, self.eval_batch_size = max_tokens, batch_size, eval_batch_size
+        if batch_tokens is not None and batch_tokens < 1:
+            raise DataError(f"data.batch_tokens={batch_tokens}: give a positive token budget per step, or null for "
+                            "batches of data.batch_size pairs")
         self.batch_tokens = batch_tokens
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.tokenizer = None
