@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup browser apt-lists train test test-slow test-all bench clean
+.PHONY: setup browser apt-lists lint train test test-slow test-all bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,7 +33,12 @@ apt-lists:
 train: setup
 	$(PY) -m lab.train +experiment=gpt_small
 
-test: setup browser apt-lists
+# ruff and the import-linter contracts (pyproject.toml): a violation names the file and the offending import
+lint: setup
+	$(VENV)/bin/ruff check lab tests benchmarks experiments
+	$(VENV)/bin/lint-imports --no-cache
+
+test: setup browser apt-lists lint
 	$(PY) -m pytest -q
 
 test-slow: setup

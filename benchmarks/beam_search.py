@@ -20,10 +20,10 @@ from lab.models.seq2seq import EncoderDecoder
 
 def sources(args) -> tuple[torch.nn.Module, list[torch.Tensor], str]:
     if args.ckpt:
-        from hydra.utils import instantiate  # noqa: PLC0415
-        from omegaconf import OmegaConf  # noqa: PLC0415
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
 
-        from lab.checkpoint import load_model  # noqa: PLC0415
+        from lab.runtime.checkpoints import load_model
 
         model, _, meta = load_model(args.ckpt)
         dm = instantiate(OmegaConf.create(meta["config"]).data)

@@ -154,7 +154,7 @@ def main() -> None:
         return
     vocab = 4096
     models = {name: experiment_model(name, vocab) for name in ("gpt_small", "gpt_small_moe")}
-    rates = {name: 0.0 for name in models}
+    rates = dict.fromkeys(models, 0.0)
     for _ in range(args.rounds):
         for name, (model, batch, seq) in models.items():
             rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps))

@@ -74,7 +74,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     print(f"\nlab.report on {len(runs)} runs ({sweep}): HTML {len(html) / 1e6:.2f} MB")
     print(f"{'rounds (s)':>12} {'best (s)':>9} {'target':>7}")
-    print(f"{str([round(t, 2) for t in times]):>12} {min(times):9.2f} {'< 5 s':>7}")
+    print(f"{[round(t, 2) for t in times]!s:>12} {min(times):9.2f} {'< 5 s':>7}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def run(extra: list[str], steps: int, threads: int | None) -> tuple[float, dict[
     env = {**os.environ, "LAB_RUNS_DIR": str(runs), **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     subprocess.run([sys.executable, "-m", "lab.train", *args], cwd=ROOT, env=env, check=True, capture_output=True)
     (metrics,) = list(runs.rglob("metrics.csv"))
-    rows = list(csv.DictReader(open(metrics)))
+    rows = list(csv.DictReader(metrics.read_text().splitlines()))
     tps = [float(r["perf/tokens_per_s_global"]) for r in rows if r.get("perf/tokens_per_s_global")]
     batch = 6 if "data.batch_size=6" in extra else 12
     ms_per_step = 1000 * batch * 64 / statistics.median(tps[1:] or tps)  # first window includes warm-up

@@ -112,8 +112,8 @@ def main() -> None:
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, gpt_nano_char shape, batch {BATCH}x64, "
           f"{args.steps} steps, best of {args.rounds}")
     print(f"{'loop':12} {'tokens/s':>10} {'rounds':>24}")
-    print(f"{'plain torch':12} {best_plain:10.0f} {str([round(v) for v in plain]):>24}")
-    print(f"{'lab':12} {best_lab:10.0f} {str([round(v) for v in lab]):>24}")
+    print(f"{'plain torch':12} {best_plain:10.0f} {[round(v) for v in plain]!s:>24}")
+    print(f"{'lab':12} {best_lab:10.0f} {[round(v) for v in lab]!s:>24}")
     print(f"lab overhead: {100 * (best_plain / best_lab - 1):+.1f}% time per step")
 
 

@@ -2,43 +2,16 @@
 from __future__ import annotations
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from lab.cli import quiet_warnings, user_errors_exit
-from lab.errors import LabError
-
-
-def evaluate(cfg: DictConfig) -> dict[str, float]:
-    import lightning as L  # noqa: PLC0415
-    from hydra.utils import instantiate  # noqa: PLC0415
-
-    from lab.checkpoint import lab_metadata, read_checkpoint  # noqa: PLC0415
-    from lab.inference import pick_device  # noqa: PLC0415
-    from lab.models import build_model  # noqa: PLC0415
-
-    ckpt = read_checkpoint(cfg.ckpt_path)
-    meta = lab_metadata(ckpt, cfg.ckpt_path)
-    run_cfg = OmegaConf.merge(OmegaConf.create(meta["config"]),
-                              {"data": cfg.get("data") or {}, "task": cfg.get("task") or {}})
-    datamodule = instantiate(run_cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("test")
-    if datamodule.vocab != meta["vocab"]:
-        raise LabError(f"the data now gives vocabulary {datamodule.vocab}, but the checkpoint was trained with "
-                       f"{meta['vocab']}; evaluate with the data settings the run used")
-    task = instantiate(run_cfg.task, model=build_model(run_cfg.model, meta["vocab"]))
-    task.lab_metadata = meta
-    task.load_state_dict(ckpt["state_dict"])
-    device = pick_device(cfg.device)
-    trainer = L.Trainer(accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, precision=run_cfg.trainer.get("precision", "32-true"))
-    results = trainer.test(task, datamodule=datamodule)
-    return {k: float(v) for k, v in (results[0] if results else {}).items()}
+from lab.runtime.cli import quiet_warnings, user_errors_exit
 
 
 @hydra.main(config_path="../conf", config_name="eval", version_base="1.3")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
+    from lab.runtime.evaluation import evaluate  # noqa: PLC0415
+
     quiet_warnings()
     for name, value in sorted(evaluate(cfg).items()):
         print(f"{name}: {value:.4f}")

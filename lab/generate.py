@@ -6,8 +6,8 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import user_errors_exit
 from lab.errors import LabError
+from lab.runtime.cli import user_errors_exit
 
 
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
@@ -15,12 +15,12 @@ from lab.errors import LabError
 def main(cfg: DictConfig) -> None:
     import torch  # noqa: PLC0415
 
-    from lab.checkpoint import load_model  # noqa: PLC0415
-    from lab.inference import pick_device  # noqa: PLC0415
     from lab.models.decoding import generate  # noqa: PLC0415
+    from lab.runtime.checkpoints import load_model  # noqa: PLC0415
+    from lab.runtime.inference import pick_device  # noqa: PLC0415
 
     device = pick_device(cfg.device)
-    model, tokenizer, meta = load_model(cfg.ckpt_path, device)
+    model, tokenizer, _meta = load_model(cfg.ckpt_path, device)
     if not hasattr(model, "new_caches") or not hasattr(model, "lm_head") or hasattr(model, "encode"):
         raise LabError(f"{cfg.ckpt_path} is not a language model checkpoint; lab.generate samples from GPT runs (translators: lab.translate)")
     prompt_ids = tokenizer.encode(str(cfg.prompt))

@@ -8,33 +8,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import user_errors_exit
 from lab.errors import LabError
-
-
-def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_size: int, **settings) -> list[str]:
-    """Sentences -> translations, batch_size at a time (sorted by length so batches carry little padding)."""
-    from lab.data.batching import pad_batch  # noqa: PLC0415
-    from lab.models.decoding import translate_ids  # noqa: PLC0415
-
-    device = next(model.parameters()).device
-    ids = [tokenizer.encode(line)[: model.max_seq_len - 1] + [model.eos_id] for line in lines]
-    order = sorted(range(len(lines)), key=lambda i: len(ids[i]))
-    out: list[str] = [""] * len(lines)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        src = pad_batch([ids[i] for i in chunk], model.pad_id).to(device)
-        hyps = translate_ids(model, src, beam_size, **settings)
-        for i, hyp in zip(chunk, hyps):
-            out[i] = tokenizer.decode(hyp)
-    return out
+from lab.runtime.cli import user_errors_exit
 
 
 @hydra.main(config_path="../conf", config_name="translate", version_base="1.3")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
-    from lab.checkpoint import load_model  # noqa: PLC0415
-    from lab.inference import pick_device, read_inputs  # noqa: PLC0415
+    from lab.runtime.checkpoints import load_model  # noqa: PLC0415
+    from lab.runtime.inference import pick_device, read_inputs, translate_lines  # noqa: PLC0415
 
     lines = read_inputs(cfg.text, cfg.input_file, "input_file")
     if int(cfg.beam_size) < 1:

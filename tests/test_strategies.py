@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
+
 from lab.errors import LabError
-from lab.trainer import FSDP2Strategy, check_trainer
+from lab.runtime.trainer import FSDP2Strategy, check_trainer
 
 GPU_CONFIGS = ["gpu", "ddp", "fsdp", "deepspeed"]
 
@@ -150,10 +150,10 @@ def test_sharded_fsdp_checkpoint_resumes_the_same_curve(tmp_path):
     # and the consolidated single file serves inference
     out = tmp_path / "consolidated.ckpt"
     assert run_module("lab.checkpoint", ["consolidate", str(run_a / "checkpoints" / "last.ckpt"), str(out)], tmp_path).returncode == 0
-    from lab.checkpoint import load_model
+    from lab.runtime.checkpoints import load_model
 
     model, tokenizer, meta = load_model(out)
-    assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.trainer.FSDP2Strategy"
+    assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.runtime.trainer.FSDP2Strategy"
     assert sum(p.numel() for p in model.parameters()) > 0 and tokenizer.vocab_size == model.vocab_size
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
 
 
@@ -16,7 +15,7 @@ def tiny_run(tmp_path_factory):
 
 
 def test_run_dir_holds_config_checkpoints_metrics_and_log(tiny_run):
-    run, result = tiny_run
+    run, _result = tiny_run
     assert (run / "config.yaml").is_file() and (run / "train.log").is_file()
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert len(list((run / "checkpoints").glob("best-step*.ckpt"))) == 1
@@ -57,7 +56,7 @@ def test_generate_samples_from_the_checkpoint_with_kv_cache(tiny_run, tmp_path):
 
 
 def test_eval_reproduces_the_best_checkpoint_test_loss(tiny_run, tmp_path):
-    run, result = tiny_run
+    run, _result = tiny_run
     best = next((run / "checkpoints").glob("best-step*.ckpt"))
     out = run_module("lab.eval", [f"ckpt_path={best}"], tmp_path)
     assert out.returncode == 0, out.stderr

@@ -29,7 +29,7 @@ def layer_mean(row: dict[str, str], stage: str, stat: str) -> float | None:
 
 
 def summarize(run: Path) -> dict[str, str]:
-    rows = list(csv.DictReader(open(run / "csv" / "metrics.csv")))
+    rows = list(csv.DictReader((run / "csv" / "metrics.csv").read_text().splitlines()))
     log = (run / "train.log").read_text()
     total, active = (int(g.replace(",", "")) for g in re.search(r"parameters: ([\d,]+) total, ([\d,]+) active", log).groups())
     wall = float(re.search(r"finished in ([\d.]+)s", log).group(1))

@@ -55,7 +55,7 @@ def main() -> None:
     print(table(["experiment", "seed"] + COLUMNS, per_run), end="\n\n")
     rows = []
     for layout, results in per_layout.items():
-        def stat(c: str) -> str:
+        def stat(c: str, results=results) -> str:
             values = [r[c] for r in results]
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             return f"{statistics.mean(values):.3f} ± {sd:.3f}" if "loss" in c else f"{statistics.mean(values):.2f} ± {sd:.2f}"

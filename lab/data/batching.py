@@ -2,7 +2,7 @@
 length-bucketed batch sampling."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
-from lab.data.tokenizers import load_or_train
+from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
 
 EOS = "<|endoftext|>"
@@ -105,8 +105,6 @@ class LMDataModule(L.LightningDataModule):
         out, _ = self._prepared_dir()
         if not (out / "meta.json").exists():
             self.prepare_data()
-        from lab.data.tokenizers import tokenizer_from_json
-
         self.meta = json.loads((out / "meta.json").read_text())
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         self.train_tokens = np.memmap(out / "train.bin", dtype=self.meta["dtype"], mode="r")

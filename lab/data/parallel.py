@@ -60,10 +60,10 @@ def ding_pairs(lines) -> list[Pair]:
             continue
         for de, en in zip(de_alts, en_alts):
             de, en = strip_annotations(de.split("; ")[0]), strip_annotations(en.split("; ")[0])
-            if len(de.split()) >= 4 and len(en.split()) >= 4 and de.endswith(SENTENCE_END) and en.endswith(SENTENCE_END):
-                if de not in seen:
-                    seen.add(de)
-                    pairs.append((de, en))
+            sentences = len(de.split()) >= 4 and len(en.split()) >= 4 and de.endswith(SENTENCE_END) and en.endswith(SENTENCE_END)
+            if sentences and de not in seen:
+                seen.add(de)
+                pairs.append((de, en))
     return pairs
 
 

@@ -6,8 +6,8 @@ which checkpoints embed so inference never needs the training data.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from lab.errors import DataError
 
@@ -26,7 +26,7 @@ class CharTokenizer:
         self.unk = self.stoi.get("[UNK]", 0)
 
     @classmethod
-    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int | None = None) -> "CharTokenizer":
+    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int | None = None) -> CharTokenizer:
         chars: set[str] = set()
         for t in texts:
             chars.update(t)
@@ -58,8 +58,8 @@ class HFTokenizer:
         self.backend, self.kind, self.special_tokens = backend, kind, list(special_tokens)
 
     @classmethod
-    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int, kind: str = "bpe") -> "HFTokenizer":
-        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int, kind: str = "bpe") -> HFTokenizer:
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: PLC0415
 
         if kind == "bpe":  # GPT-2 style: bytes, so nothing is ever unknown
             tok = Tokenizer(models.BPE())
@@ -116,7 +116,7 @@ def tokenizer_from_json(data: str) -> Tok:
     d = json.loads(data)
     if d["kind"] == "char":
         return CharTokenizer(d["chars"], d["special_tokens"])
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # noqa: PLC0415 - char-level runs never load it
 
     return HFTokenizer(Tokenizer.from_str(d["backend"]), d["kind"], d["special_tokens"])
 
@@ -126,7 +126,7 @@ def load_or_train(path: Path, kind: str, texts: Iterator[str] | Iterable[str], s
     if path.exists():
         try:
             return tokenizer_from_json(path.read_text())
-        except (ValueError, KeyError, Exception) as e:  # noqa: BLE001 - any parse failure means a bad cache file
+        except (ValueError, KeyError, Exception) as e:
             raise DataError(f"cached tokenizer {path} is unreadable ({e}); delete it and run again") from e
     tok = train_tokenizer(kind, texts, special_tokens, vocab_size)
     path.parent.mkdir(parents=True, exist_ok=True)

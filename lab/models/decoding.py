@@ -1,7 +1,7 @@
 """Autoregressive sampling shared by every model that decodes (GPT, the translator's decoder)."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -168,9 +168,7 @@ def init_weights(module: nn.Module, std: float, n_residual_layers: int) -> None:
             nn.init.normal_(m.weight, mean=0.0, std=std / scale)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-        elif isinstance(m, LearnedPositions):
+        elif isinstance(m, (nn.Embedding, LearnedPositions)):
             nn.init.normal_(m.weight, mean=0.0, std=std)
         elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
             m.init_parameters(std, std / math.sqrt(2 * n_residual_layers))

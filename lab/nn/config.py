@@ -85,7 +85,7 @@ class TransformerConfig:
         return self.d_model // self.n_heads
 
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "TransformerConfig":
+    def from_kwargs(cls, **kwargs: Any) -> TransformerConfig:
         """Build from a model config's fields; unknown fields get one clear error instead of a TypeError."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)

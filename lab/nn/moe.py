@@ -64,7 +64,7 @@ class MoEConfig:
     """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
 
     @classmethod
-    def from_model(cls, cfg: TransformerConfig) -> "MoEConfig":
+    def from_model(cls, cfg: TransformerConfig) -> MoEConfig:
         """Parse and validate model.moe; a bad value raises ConfigError naming the field."""
         settings = dict(cfg.moe or {})
         known = {f.name for f in fields(cls)}

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import lightning as L
 import torch
@@ -43,7 +44,7 @@ class Task(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_model(self) -> None:
-        """Under lab.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
+        """Under lab.runtime.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
         root, with the strategy's mixed precision, activation checkpointing and per-block compile settings.
         Other strategies leave the model whole."""
         settings = getattr(self.trainer.strategy, "fsdp_settings", None)

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Accuracy, ConfusionMatrix, F1Score, MeanMetric, MetricCollection
 
-from lab.checkpoint import read_checkpoint
 from lab.errors import LabError
+from lab.runtime.checkpoints import read_checkpoint
 from lab.tasks.base import Task
 
 IGNORE = -100  # token labels of padding / unlabelled positions

@@ -93,7 +93,7 @@ class TranslationTask(Task):
         outputs = self._gathered_outputs()
         scores = None
         if outputs:
-            sources, refs, hyps = map(list, zip(*outputs))
+            _sources, refs, hyps = map(list, zip(*outputs))
             scores = corpus_scores(hyps, refs)
             metrics[f"{stage}/bleu"], metrics[f"{stage}/chrf"] = scores[0].score, scores[1].score
             self.log_examples(f"{stage}/examples", ["source", "reference", "hypothesis"],

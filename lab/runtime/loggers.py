@@ -62,7 +62,7 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
         return None
     os.environ["WANDB_MODE"] = mode  # DDP ranks and sweep jobs inherit the decision
     os.environ.setdefault("WANDB_SILENT", "true")
-    from lightning.pytorch.loggers import WandbLogger
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415 - after WANDB_* are set
 
     sweep = sweep_settings(name)
     if sweep:
@@ -76,8 +76,8 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
 def finish_loggers(loggers: list) -> None:
     """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
     the same process would otherwise log into it instead of starting its own run."""
-    from lightning.pytorch.loggers import WandbLogger
-    from lightning.pytorch.utilities import rank_zero_only
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
+    from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     for logger in loggers:
         if isinstance(logger, WandbLogger) and rank_zero_only.rank == 0 and logger._experiment is not None:

@@ -1,4 +1,4 @@
 """Callbacks shared by every task."""
-from lab.callbacks.throughput import Throughput
+from lab.runtime.callbacks.throughput import Throughput
 
 __all__ = ["Throughput"]
