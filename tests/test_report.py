@@ -17,7 +17,7 @@ import yaml
 from conftest import ROOT, TINY_LM, run_dirs, run_module, train
 
 from lab.report import collect
-from lab.report.format import fmt, fmt_pm
+from lab.report.format import fmt, fmt_duration, fmt_pm
 from lab.report.stats import compare, pareto_front
 
 # Two single-process jobs differing in depth; W&B disabled: the report needs only what runs write locally.
@@ -100,6 +100,11 @@ def test_numbers_are_formatted_for_people(value, text):
     assert fmt(value) == text
 
 
+@pytest.mark.parametrize("seconds, text", [(95.3, "1m35s"), (4000, "1h07m"), (7, "7s"), (None, "")], ids=str)
+def test_durations_are_formatted_for_people(seconds, text):
+    assert fmt_duration(seconds) == text
+
+
 def test_mean_and_std_share_their_decimals():
     assert fmt_pm(3.46, 0.026) == "3.460 ± 0.026"
     assert fmt_pm(27410.0, 3782.0) == "27,410 ± 3,782"
@@ -116,7 +121,7 @@ def _ablation(root: Path, lrs=(1e-3, 3e-3), seeds=(1, 2, 3), metric="val/loss", 
             final = values[(lr, seed)] if values else 3.0 + lr * 100 + seed / 100
             rows = [{"step": 0, "train/loss": 5.0}, {"step": 9, metric: final + 0.5, "train/loss": 4.0},
                     {"step": 19, metric: final, "train/loss": 3.5, "perf/tokens_per_s_global": 1000.0 * seed}]
-            write_run(root / str(job), {"name": "abl", "seed": seed, "data": {"seed": seed, "cache_dir": f"/c{job}"},
+            write_run(root / str(job), {"name": f"abl/lr{lr}/seed{seed}", "seed": seed, "data": {"seed": seed, "cache_dir": f"/c{job}"},
                                         "task": {"optimizer": {"lr": lr}}, "optimized_metric": metric}, rows, params=1000)
             job += 1
     return root
@@ -125,8 +130,14 @@ def _ablation(root: Path, lrs=(1e-3, 3e-3), seeds=(1, 2, 3), metric="val/loss", 
 def test_seeds_are_grouped_and_real_choices_are_not(tmp_path):
     report = collect([_ablation(tmp_path)])
     assert [len(v.runs) for v in report.variants] == [3, 3]
-    assert report.keys == ["task.optimizer.lr"]  # seed, data.seed and the per-job cache dir are not choices
+    assert report.keys == ["task.optimizer.lr"]  # seed, data.seed, the name and the per-job cache dir are not choices
     assert sorted(v.label for v in report.variants) == ["lr=0.001", "lr=0.003"]
+
+
+def test_variants_take_their_name_when_names_tell_them_apart(tmp_path):
+    for i, (name, lr) in enumerate([("base", 1e-3), ("base", 1e-3), ("fast", 3e-3)]):
+        write_run(tmp_path / str(i), {"name": name, "seed": i, "lr": lr}, [{"step": 9, "val/loss": 2.0 + i}])
+    assert sorted(v.label for v in collect([tmp_path]).variants) == ["base", "fast"]
 
 
 def test_summary_numbers_equal_a_hand_computation(tmp_path):
@@ -143,6 +154,7 @@ def test_summary_numbers_equal_a_hand_computation(tmp_path):
     assert row[f"Δ vs {base.label}"].value == pytest.approx(-0.2)
     assert row["beyond seed noise?"].text.startswith("no (p=0.074, paired t-test)")
     assert row["tokens/s"].text == "2,000 tok/s"  # median of the seeds' 1000, 2000, 3000
+    assert row["wall time"].text == "3s"  # train.log: "finished in 3.0s"
     assert summary.highlight == {0}
 
 
@@ -189,11 +201,11 @@ def test_runs_in_progress_crashed_failed_and_empty_are_all_accounted_for(tmp_pat
 
 
 def test_a_mix_of_tasks_leaves_cells_empty_where_a_run_did_not_log(tmp_path):
-    write_run(tmp_path / "lm", {"name": "lm", "optimized_metric": "val/loss"}, [{"step": 9, "val/loss": 2.0}])
-    write_run(tmp_path / "clf", {"name": "clf", "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
+    write_run(tmp_path / "lm", {"task": "lm", "optimized_metric": "val/loss"}, [{"step": 9, "val/loss": 2.0}])
+    write_run(tmp_path / "clf", {"task": "clf", "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
     metrics = collect([tmp_path]).tables[1]
-    cells = {row[0].text.split()[0]: dict(zip(metrics.header, (c.text for c in row))) for row in metrics.rows}
-    assert cells["name=lm"]["val/acc"] == "" and cells["name=clf"]["val/acc"] == "0.8"
+    cells = {row[0].text.split()[-1]: dict(zip(metrics.header, (c.text for c in row))) for row in metrics.rows}
+    assert cells["task=lm"]["val/acc"] == "" and cells["task=clf"]["val/acc"] == "0.8"
 
 
 def test_files_it_did_not_write_are_not_replaced(tmp_path):

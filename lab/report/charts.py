@@ -14,7 +14,7 @@ from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_fron
 if TYPE_CHECKING:
     from lab.report.stats import Variant
 
-PALETTE = qualitative.D3 + qualitative.Set2
+PALETTE = qualitative.D3 + qualitative.Dark24  # hex colours (bands add transparency)
 LOG_TOGGLE = [dict(type="buttons", direction="left", x=1.0, xanchor="right", y=1.16, showactive=True, buttons=[
     dict(label="linear", method="relayout", args=[{"yaxis.type": "linear"}]),
     dict(label="log", method="relayout", args=[{"yaxis.type": "log"}]),

@@ -38,3 +38,14 @@ def fmt_p(p: float | None) -> str:
 
 def fmt_diff(d: float) -> str:
     return ("+" if d > 0 else "") + fmt(d, 3)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """95.3 -> '1m35s'; 4000 -> '1h06m'; None -> ''."""
+    if seconds is None:
+        return ""
+    if seconds >= 3600:
+        hours, m = divmod(round(seconds / 60), 60)
+        return f"{hours}h{m:02d}m"
+    m, s = divmod(round(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"

@@ -7,6 +7,7 @@ import csv
 import glob
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ class Run:
     params: dict[str, int] = field(default_factory=dict)
     status: str = "finished"  # finished | running | stopped (no end recorded) | interrupted | failed
     status_note: str = ""  # the error line of a failed run, or why a run is taken to be stopped
+    wall_s: float | None = None  # launch to end, from train.log's closing line
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -165,8 +167,11 @@ def load_run(path: Path, root: Path) -> Run:
                 params[key.split("/")[1]] = int(value)
     name = str(path.relative_to(root)) if path != root else path.name
     status, note = run_status(path)
+    log = path / "train.log"
+    wall = re.findall(r"finished in ([0-9.]+)s", log.read_text(errors="replace")[-4000:]) if log.is_file() else []
     return Run(name=name, path=path, config=config, overrides=list(overrides or []),
-               rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note)
+               rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note,
+               wall_s=float(wall[-1]) if wall else None)
 
 
 def common_parent(paths: list[Path]) -> Path:

@@ -35,11 +35,12 @@ def is_seed(key: str) -> bool:
 
 
 def is_location(key: str) -> bool:
-    return any(n in key for n in NOT_CHOICES)
+    """Where a run was written, and its name (a label: studies often put the variant and seed in it)."""
+    return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] == "name"
 
 
 def choice_keys(runs: list[Run]) -> list[str]:
-    """Config keys whose values differ between runs, other than seeds and locations: the ablation's choices."""
+    """Config keys whose values differ between runs, other than seeds, locations and names: the choices."""
     keys = sorted({k for r in runs for k in r.config})
     return [k for k in keys if not is_location(k) and not is_seed(k) and len({repr(r.config.get(k)) for r in runs}) > 1]
 
@@ -156,8 +157,9 @@ class Variant:
 
 
 def group_variants(runs: list[Run]) -> tuple[list[Variant], list[str]]:
-    """-> (variants in first-seen order, the choice keys). A variant's label names its choices (the last
-    component of each key), or is its first run's name when there is a single variant."""
+    """-> (variants in first-seen order, the choice keys). A variant is labelled by its runs' `name` when that
+    tells the variants apart (one name per variant, a different one for each), else by its choices (the last
+    component of each key)."""
     keys = choice_keys(runs)
     by_key: dict[tuple, Variant] = {}
     for r in runs:
@@ -167,7 +169,12 @@ def group_variants(runs: list[Run]) -> tuple[list[Variant], list[str]]:
             label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in choices.items()) or r.config.get("name") or r.name
             by_key[key] = Variant(str(label), choices)
         by_key[key].runs.append(r)
-    return list(by_key.values()), keys
+    variants = list(by_key.values())
+    names = [{str(r.config.get("name")) for r in v.runs} for v in variants]
+    if len(variants) > 1 and all(len(n) == 1 for n in names) and len({n.pop() for n in names}) == len(variants):
+        for v in variants:
+            v.label = str(v.runs[0].config.get("name"))
+    return variants, keys
 
 
 def sort_variants(variants: list[Variant], metric: str) -> list[Variant]:

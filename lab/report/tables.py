@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lab.report.format import fmt, fmt_diff, fmt_p, fmt_pm
-from lab.report.stats import X_COLUMNS, compare, metric_direction
+from lab.report.format import fmt, fmt_diff, fmt_duration, fmt_p, fmt_pm
+from lab.report.stats import X_COLUMNS, compare, median, metric_direction
 
 if TYPE_CHECKING:
     from lab.report.runs import Run, Skipped
@@ -42,7 +42,7 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
     baseline and its test, how the runs ended, parameters, throughput. Best variant highlighted."""
     short = [k.rsplit(".", 1)[-1] if sum(x.rsplit(".", 1)[-1] == k.rsplit(".", 1)[-1] for x in keys) == 1 else k for k in keys]
     table = Table("summary", ["variant", *short, "n", f"{metric} (final, mean ± std)", "95% interval",
-                              f"Δ vs {baseline.label}", "beyond seed noise?", "runs", "params", "active params", "tokens/s"])
+                              f"Δ vs {baseline.label}", "beyond seed noise?", "runs", "params", "active params", "tokens/s", "wall time"])
     base_values = baseline.values(metric)
     for v in variants:
         stat = v.stat(metric)
@@ -62,8 +62,9 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
                 verdict = f"{'yes' if cmp.significant else 'no'} ({fmt_p(cmp.p)}, {cmp.test})" if cmp.p is not None else cmp.test
                 row += [Cell(fmt_diff(cmp.diff), cmp.diff), Cell(verdict, cmp.p)]
         tps = v.throughput()
+        wall = median([r.wall_s for r in v.runs])
         row += [Cell(status_counts(v.runs)), _c(v.param("total")), _c(v.param("active")),
-                Cell(f"{fmt(tps)} tok/s" if tps is not None else "", tps)]
+                Cell(f"{fmt(tps)} tok/s" if tps is not None else "", tps), Cell(fmt_duration(wall), wall)]
         table.rows.append(row)
     if metric_direction(metric) and variants and variants[0].stat(metric) is not None:
         table.highlight.add(0)  # variants arrive sorted best first
