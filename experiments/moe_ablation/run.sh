@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The MoE ablation study: one run per variant, sequentially (2 shared CPU cores), each ~2-3 minutes.
 # Base: conf/experiment/moe_ablation.yaml (8 experts x 256, top-2, capacity 1.25 / eval 2.0, aux 0.01).
-# Usage: bash experiments/moe_ablation/run.sh [label ...]   (no label: all); then summarize.py.
+# Usage: bash experiments/moe_ablation/run.sh [label ...]   (no label: all); ends with the lab.report of the study.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
@@ -22,3 +22,4 @@ for label in "${@:-${ORDER[@]}}"; do
   # shellcheck disable=SC2086
   $PY -m lab.train +experiment=moe_ablation name=moe_ablation/$label logger.wandb.mode=disabled callbacks.progress=null ${VARIANTS[$label]}
 done
+$PY -m lab.report "${LAB_RUNS_DIR:-runs}"/moe_ablation/*/* --out "${LAB_RUNS_DIR:-runs}/moe_ablation" --baseline moe_top2_cap1.25

@@ -2,7 +2,7 @@
 # translator_small vs translator_vanilla at an equal budget (same steps, tokens per step, batches, seed).
 # Each seed trains the two layouts side by side, one intra-op thread each (2 cores); every run ends with
 # its beam-5 test pass, then lab.eval decodes the same test split greedily.
-# Usage: bash experiments/translator/run.sh [seed ...]   (default: 1 2 3); then summarize.py.
+# Usage: bash experiments/translator/run.sh [seed ...]   (default: 1 2 3); ends with the lab.report of the study.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
@@ -23,3 +23,4 @@ for seed in "${SEEDS[@]}"; do
       > "$run"test_greedy.txt
   done
 done
+$PY -m lab.report "$RUNS"/translator_study/*/seed*/* --out "$RUNS/translator_study" --baseline translator_small

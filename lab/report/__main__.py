@@ -1,28 +1,86 @@
-"""python -m lab.report <multirun dir | run dirs...> [--out DIR]: report.html and report.md."""
+"""python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--out DIR] [--watch]"""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
+from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
+
+MARKERS = {"report.html": '<meta name="generator" content="lab.report">', "report.md": "<!-- written by lab.report -->"}
+
+
+def check_writable(out: Path, force: bool) -> None:
+    """Never replace a report.html / report.md that lab.report did not write, unless asked."""
+    for name, marker in MARKERS.items():
+        f = out / name
+        if f.is_file() and not force and marker not in f.read_text(errors="replace")[:4096 if name == "report.md" else 600]:
+            raise LabError(f"{f} exists and was not written by lab.report; pass --out <another dir>, or --force to replace it")
+
+
+def render(args) -> Path:
+    from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
+
+    t0 = time.perf_counter()
+    report = collect(args.paths, args.metric, args.baseline)
+    out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
+    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out, args.force)
+    (out / "report.html").write_text(html.render(report))
+    (out / "report.md").write_text(markdown.render(report))
+    states = {}
+    for r in report.runs:
+        states[r.status] = states.get(r.status, 0) + 1
+    print(f"{len(report.runs)} runs ({', '.join(f'{n} {s}' for s, n in states.items())}) in {len(report.variants)} variants"
+          f" -> {out / 'report.html'} and {out / 'report.md'} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    for s in report.skipped:
+        print(f"not shown: {s.path}: {s.reason}", file=sys.stderr)
+    if args.wandb != "off":
+        from lab.report.wandb_table import log_tables  # noqa: PLC0415
+
+        log_tables(report, required=args.wandb == "on")
+    return out
+
+
+def _signature(paths: list[Path]) -> tuple:
+    """What changes when any run writes: every file's (path, mtime, size) under the given paths."""
+    files = []
+    for p in paths:
+        for f in [p] if p.is_file() else p.rglob("*"):
+            if f.name in ("metrics.csv", "config.yaml", "status.json", "train.log", "hparams.yaml"):
+                st = f.stat()
+                files.append((str(f), st.st_mtime_ns, st.st_size))
+    return tuple(sorted(files))
 
 
 @user_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    from lab.report import build_report  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(prog="python -m lab.report", description="Compare runs side by side.")
-    parser.add_argument("paths", nargs="+", type=Path, help="a multirun directory, or run directories")
+    parser = argparse.ArgumentParser(prog="python -m lab.report", description="Review runs: seeds grouped into variants, "
+                                     "differences tested against seed noise, interactive offline charts.")
+    parser.add_argument("paths", nargs="+", type=Path, help="multirun directories, run directories, or globs of them")
+    parser.add_argument("--metric", default=None, help="the metric to rank and test (default: the runs' optimized_metric, else val/loss)")
+    parser.add_argument("--baseline", default=None, help="the variant the others are compared with (default: the first given)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
+    parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")
+    parser.add_argument("--watch", action="store_true", help="re-render whenever a run writes (Ctrl-C stops)")
+    parser.add_argument("--wandb", choices=("auto", "on", "off"), default="auto",
+                        help="log the tables to W&B under the sweep's group: auto = when the runs logged to W&B")
     args = parser.parse_args(argv)
-    html_text, md, runs = build_report(args.paths)
-    out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.html").write_text(html_text)
-    (out / "report.md").write_text(md)
-    print(f"{len(runs)} runs -> {out / 'report.html'} and {out / 'report.md'}", file=sys.stderr)
+    render(args)
+    if args.watch:
+        seen = _signature(args.paths)
+        try:
+            while True:
+                time.sleep(2)
+                now = _signature(args.paths)
+                if now != seen:
+                    seen = now
+                    render(args)
+        except KeyboardInterrupt:
+            pass
 
 
 if __name__ == "__main__":

@@ -1,89 +1,195 @@
-"""Charts as inline PNGs (matplotlib, Agg): metric curves per run and the MoE expert-load heatmap."""
+"""Interactive charts (plotly): curves with a band over seeds, the sweep view, quality against cost with the
+Pareto front, and MoE expert load over steps. Each returns (title, figure); the HTML renderer inlines them."""
 from __future__ import annotations
 
-import base64
-import io
+import re
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from lab.report.format import fmt
-from lab.report.stats import EXPERT, is_moe
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_front
 
 if TYPE_CHECKING:
-    from lab.report.runs import Run
+    from lab.report.stats import Variant
+
+PALETTE = qualitative.D3 + qualitative.Dark24  # hex colours (bands add transparency)
+LOG_TOGGLE = [dict(type="buttons", direction="left", x=1.0, xanchor="right", y=1.16, showactive=True, buttons=[
+    dict(label="linear", method="relayout", args=[{"yaxis.type": "linear"}]),
+    dict(label="log", method="relayout", args=[{"yaxis.type": "log"}]),
+])]
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72)  # fixed margins: bbox_inches="tight" would draw every figure twice
-    return base64.b64encode(buf.getvalue()).decode()
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
 
 
-def _pyplot():
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
+def _layout(fig: go.Figure, title: str, x: str, y: str, log_toggle: bool = True) -> go.Figure:
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), xaxis_title=x, yaxis_title=y, height=340,
+                      margin=dict(l=55, r=10, t=55, b=40), hovermode="x unified", template="plotly_white",
+                      legend=dict(font=dict(size=10)), updatemenus=LOG_TOGGLE if log_toggle else [])
+    return fig
 
 
-def run_labels(runs: list[Run], keys: list[str]) -> list[str]:
-    """Legend labels: the run's name and its distinguishing settings (last key component)."""
-    return [" ".join([r.name, *(f"{k.rsplit('.', 1)[-1]}={fmt(r.config.get(k))}" for k in keys)]) for r in runs]
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
-def curve_charts(runs: list[Run], columns: list[str], labels: list[str]) -> list[tuple[str, str]]:
-    """(title, base64 PNG): every metric logged at more than one step, all runs overlaid (run i in colour i).
-    Per-expert MoE shares (one column per expert) are drawn in their own section instead."""
-    plt = _pyplot()
-    charts = []
-    colors = plt.get_cmap("tab20" if len(runs) > 10 else "tab10")
-    for c in columns:
-        if (is_moe(c) and EXPERT.search(c)) or not any(len(r.series(c)[1]) > 1 for r in runs):
+def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[float | None]]:
+    """(steps, mean over the seeds that logged each step, std or None) for one variant."""
+    by_step: dict[float, list[float]] = defaultdict(list)
+    for r in v.runs:
+        for s, y in zip(*r.series(column)):
+            by_step[s].append(y)
+    steps = sorted(by_step)
+    stats = [Stat(by_step[s]) for s in steps]
+    return steps, [st.mean for st in stats], [st.std for st in stats]
+
+
+def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Figure]]:
+    """Every metric against step: a line per variant (mean over seeds) and a ± 1 std band when it has seeds."""
+    out = []
+    for column in columns:
+        fig = go.Figure()
+        for i, v in enumerate(variants):
+            steps, mean, std = seed_curve(v, column)
+            if not steps:
+                continue
+            if len(v.runs) > 1 and any(s is not None for s in std):
+                upper = [m + (s or 0.0) for m, s in zip(mean, std)]
+                lower = [m - (s or 0.0) for m, s in zip(mean, std)]
+                fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
+                                         fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
+                                         legendgroup=v.label, name=f"{v.label} ± std"))
+            fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
+                                     line=dict(color=color(i), width=1.6), legendgroup=v.label,
+                                     name=f"{v.label} (n={len(v.runs)})", hovertemplate="%{y:.4g}"))
+        out.append((column, _layout(fig, column, "step", column)))
+    return out
+
+
+def _axis_values(values: list) -> tuple[list, bool]:
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
+    return (values if numeric else [str(x) for x in values]), numeric
+
+
+def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tuple[str, go.Figure]]:
+    """The metric against each swept choice (every run a dot, the variant means joined), and a
+    parallel-coordinates view when there are 3 or more choices."""
+    out = []
+    for key in keys:
+        fig = go.Figure()
+        xs, ys, labels, means = [], [], [], []
+        for v in variants:
+            values = v.values(metric)
+            xs += [v.choices[key]] * len(values)
+            ys += list(values.values())
+            labels += [f"{v.label} {seed}" for seed in values]
+            if values:
+                means.append((v.choices[key], sum(values.values()) / len(values)))
+        x_all, numeric = _axis_values(xs)
+        fig.add_trace(go.Scatter(x=x_all, y=ys, mode="markers", name="runs", text=labels, marker=dict(size=8, opacity=0.6),
+                                 hovertemplate="%{text}: %{y:.4g}"))
+        if means:
+            means.sort(key=lambda m: m[0] if numeric else str(m[0]))
+            mx, _ = _axis_values([m[0] for m in means])
+            fig.add_trace(go.Scatter(x=mx, y=[m[1] for m in means], mode="lines+markers", name="variant mean",
+                                     marker=dict(symbol="diamond", size=10)))
+        fig = _layout(fig, f"{metric} by {key}", key, metric)
+        fig.update_layout(hovermode="closest")
+        levels = sorted(set(x_all)) if numeric else []
+        if numeric and len(levels) > 2 and min(levels) > 0 and max(levels) / min(levels) >= 8:
+            fig.update_xaxes(type="log")
+        if numeric and len(levels) <= 12:
+            fig.update_xaxes(tickvals=levels)
+        out.append((f"{metric} by {key}", fig))
+    if len(keys) >= 3:
+        dims = []
+        for key in keys:
+            values = [v.choices[key] for v in variants]
+            shown, numeric = _axis_values(values)
+            if numeric:
+                dims.append(dict(label=key.rsplit(".", 1)[-1], values=shown))
+            else:
+                levels = sorted(set(shown))
+                dims.append(dict(label=key.rsplit(".", 1)[-1], values=[levels.index(x) for x in shown],
+                                 tickvals=list(range(len(levels))), ticktext=levels))
+        scores = [v.stat(metric).mean if v.stat(metric) else None for v in variants]
+        dims.append(dict(label=metric, values=scores))
+        fig = go.Figure(go.Parcoords(line=dict(color=scores, colorscale="Viridis", showscale=True,
+                                               reversescale=metric_direction(metric) == "min"), dimensions=dims))
+        fig.update_layout(title=f"{metric} across all choices", height=380, margin=dict(l=60, r=40, t=70, b=30))
+        out.append(("parallel coordinates", fig))
+    return out
+
+
+def cost_scatter(variants: list[Variant], metric: str) -> list[tuple[str, go.Figure]]:
+    """Quality against cost: the metric (mean ± std) against active parameters and against tokens/s, with
+    the Pareto front (no other variant both better and cheaper) joined by a dashed line."""
+    direction = metric_direction(metric)
+    out = []
+    for cost, title, minimize_x in (("active", "active parameters", True), ("tokens/s", "tokens/s", False)):
+        points, names, errors = [], [], []
+        for v in variants:
+            stat = v.stat(metric)
+            x = v.param("active") if cost == "active" else v.throughput()
+            if stat is not None and x is not None:
+                points.append((float(x), stat.mean))
+                names.append(v.label)
+                errors.append(stat.std or 0.0)
+        if not points:
             continue
-        fig = plt.figure(figsize=(7.2, 3.4))
-        ax = fig.add_axes((0.09, 0.14, 0.56, 0.76))  # legend outside, right of the axes
-        for i, r in enumerate(runs):
-            x, y = r.series(c)
-            if y:
-                ax.plot(x, y, label=labels[i], color=colors(i % colors.N), linewidth=1.2, marker="." if len(y) < 30 else None)
-        ax.set_title(c, fontsize=10)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        charts.append((c, _png(fig)))
-        plt.close(fig)
-    return charts
+        fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers+text", text=names,
+                                   textposition="middle right", error_y=dict(type="data", array=errors, visible=True),
+                                   marker=dict(size=10, color=[color(i) for i in range(len(points))]), name="variants",
+                                   hovertemplate="%{text}: %{y:.4g} at %{x:,.0f}"))
+        if direction is not None and len(points) > 1:
+            front = pareto_front(points, minimize_y=direction == "min", minimize_x=minimize_x)
+            fig.add_trace(go.Scatter(x=[points[i][0] for i in front], y=[points[i][1] for i in front], mode="lines",
+                                     line=dict(dash="dash", color="#555"), name="Pareto front"))
+        fig = _layout(fig, f"{metric} vs {title}", title, metric, log_toggle=False)
+        fig.update_layout(hovermode="closest")
+        out.append((f"{metric} vs {title}", fig))
+    return out
 
 
-def moe_charts(runs: list[Run], columns: list[str]) -> list[tuple[str, str]]:
-    """Expert load: the final share of tokens routed to each expert (`.../moe/<layer>/expert_<i>`, validation
-    when logged, else training) as one heatmap, a row per run and layer and a column per expert, so
-    unbalanced routing shows as uneven colour along a row."""
+def moe_charts(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Figure]]:
+    """Per variant and MoE layer: the share of tokens each expert receives at each logged step (training when
+    logged, else validation; mean over seeds) as a heatmap, and the dropped share per variant over steps."""
     experts = [c for c in columns if is_moe(c) and EXPERT.search(c)]
-    stage = "val/" if any(c.startswith("val/") for c in experts) else ""
+    stage = "train/" if any(c.startswith("train/") for c in experts) else "val/"
     experts = [c for c in experts if c.startswith(stage)]
-    rows, labels = [], []
-    layers = sorted({EXPERT.sub("", c) for c in experts})  # ".../moe/<layer>/"
-    n_experts = 1 + max((int(EXPERT.search(c).group(1)) for c in experts), default=-1)
-    for r in runs:
+    layers = sorted({EXPERT.sub("", c) for c in experts})  # "<stage>/moe/<layer>/"
+    out = []
+    for v in variants:
         for layer in layers:
-            shares = [r.final(f"{layer}expert_{i}") for i in range(n_experts)]
-            if any(v is not None for v in shares):
-                rows.append([float("nan") if v is None else v for v in shares])
-                labels.append(f"{r.name} {layer.split('/moe/')[-1].strip('/')}")
-    if not rows:
-        return []
-    plt = _pyplot()
-    fig = plt.figure(figsize=(min(12.0, 3.0 + 0.4 * n_experts), 1.2 + 0.22 * len(rows)))
-    ax = fig.add_axes((0.3, 0.12, 0.55, 0.78))
-    image = ax.imshow(rows, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(n_experts), [str(i) for i in range(n_experts)], fontsize=7)
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.set_xlabel("expert", fontsize=8)
-    ax.set_title(f"share of tokens per expert (final, {stage.rstrip('/') or 'train'})", fontsize=9)
-    fig.colorbar(image, ax=ax, fraction=0.04)
-    chart = ("moe expert load", _png(fig))
-    plt.close(fig)
-    return [chart]
+            cols = sorted((c for c in experts if c.startswith(layer)), key=lambda c: int(EXPERT.search(c).group(1)))
+            curves_ = [seed_curve(v, c) for c in cols]
+            steps = sorted({s for st, _, _ in curves_ for s in st})
+            if not steps:
+                continue
+            z = [[dict(zip(st, mean)).get(s) for s in steps] for st, mean, _ in curves_]
+            name = layer.split("/moe/")[-1].strip("/")
+            fig = go.Figure(go.Heatmap(z=z, x=steps, y=[f"expert {EXPERT.search(c).group(1)}" for c in cols],
+                                       colorscale="Viridis", colorbar=dict(title="share"),
+                                       hovertemplate="step %{x}, %{y}: %{z:.3f}<extra></extra>"))
+            fig = _layout(fig, f"{v.label}: {name} expert load ({stage.rstrip('/')})", "step", "expert", log_toggle=False)
+            out.append((f"{v.label} {name} expert load", fig))
+    dropped = [c for c in columns if is_moe(c) and c.startswith(stage) and re.search(r"/dropped$", c)]
+    if dropped:
+        fig = go.Figure()
+        for i, v in enumerate(variants):
+            per_layer = [seed_curve(v, c) for c in dropped]
+            steps = sorted({s for st, _, _ in per_layer for s in st})
+            means = []
+            for s in steps:
+                vals = [dict(zip(st, m)).get(s) for st, m, _ in per_layer]
+                vals = [x for x in vals if x is not None]
+                means.append(sum(vals) / len(vals))
+            if steps:
+                fig.add_trace(go.Scatter(x=steps, y=means, name=v.label, line=dict(color=color(i))))
+        out.append(("dropped share", _layout(fig, f"dropped token share ({stage.rstrip('/')}, mean over layers)", "step", "share")))
+    return out
+

@@ -5,15 +5,28 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lab.report import Report
+    from lab.report.tables import Table
+
+GENERATOR = "<!-- written by lab.report -->"
+TITLES = {"summary": "Summary", "metrics": "Final metrics (mean ± std over seeds)", "runs": "Runs", "skipped": "Not shown"}
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
+def table(t: Table) -> str:
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
+    lines = ["| " + " | ".join(map(esc, t.header)) + " |", "|" + "---|" * len(t.header)]
+    for i, row in enumerate(t.rows):
+        cells = [esc(c.text) for c in row]
+        if i in t.highlight:
+            cells = [f"**{c}**" if c else c for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def render(report: Report) -> str:
-    return "\n\n".join([f"# {report.title}", "## Summary", table(*report.summary), "## All metrics (final, best)",
-                         table(*report.metrics), "## Overrides", table(*report.overrides)]) + "\n"
+    intro = (f"Metric: `{report.metric}` (final value per run; mean ± sample std over seeds, 95% t-interval). "
+             f"Baseline: `{report.baseline.label}`; beyond seed noise when p < 0.05 (paired t-test when seeds match, "
+             "else Welch's). Best variant in bold.")
+    parts = [GENERATOR, f"# {report.title}", intro]
+    for t in report.tables:
+        parts += [f"## {TITLES.get(t.name, t.name)}", table(t)]
+    return "\n\n".join(parts) + "\n"

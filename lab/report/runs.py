@@ -1,9 +1,14 @@
 """Finding run directories and loading what each run wrote (config.yaml, csv/metrics.csv, csv/hparams.yaml,
-.hydra/overrides.yaml), so the report works whether W&B was online, offline or disabled."""
+.hydra/overrides.yaml, status.json), so the report works whether W&B was online, offline or disabled, and on
+runs still in progress."""
 from __future__ import annotations
 
 import csv
+import glob
+import json
 import math
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +16,9 @@ import yaml
 
 from lab.errors import LabError
 from lab.report.stats import metric_direction
+
+# A run whose files have not changed for this long, with no end recorded, is shown as stopped, not running.
+RUNNING_WINDOW_S = 120
 
 
 @dataclass
@@ -21,6 +29,9 @@ class Run:
     overrides: list[str]
     rows: list[dict[str, float]]  # one per CSV line, empty cells dropped
     params: dict[str, int] = field(default_factory=dict)
+    status: str = "finished"  # finished | running | stopped (no end recorded) | interrupted | failed
+    status_note: str = ""  # the error line of a failed run, or why a run is taken to be stopped
+    wall_s: float | None = None  # launch to end, from train.log's closing line
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -38,6 +49,17 @@ class Run:
             return None
         return min(values) if direction == "min" else max(values)
 
+    @property
+    def last_step(self) -> int | None:
+        steps = [r["step"] for r in self.rows if "step" in r]
+        return int(max(steps)) if steps else None
+
+
+@dataclass
+class Skipped:
+    path: Path
+    reason: str
+
 
 def flatten(node, prefix: str = "") -> dict:
     if isinstance(node, dict):
@@ -49,36 +71,87 @@ def flatten(node, prefix: str = "") -> dict:
 
 
 def read_csv(path: Path) -> list[dict[str, float]]:
+    """Numeric cells of metrics.csv. A run still writing may leave a last line without its newline: it may
+    be cut mid-number, so it is not read (the next render picks it up)."""
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
     rows = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            parsed = {}
-            for k, v in row.items():
-                if k is None or v in ("", None):
-                    continue
-                try:
-                    parsed[k] = float(v)
-                except ValueError:
-                    continue
-            rows.append(parsed)
+    for row in csv.DictReader(text.splitlines()):
+        parsed = {}
+        for k, v in row.items():
+            if k is None or v in ("", None):
+                continue
+            try:
+                parsed[k] = float(v)
+            except ValueError:
+                continue
+        rows.append(parsed)
     return rows
 
 
-def find_runs(paths: list[Path]) -> list[Path]:
-    """Run directories (a config.yaml next to csv/metrics.csv) at or below each path, in path order."""
-    found: list[Path] = []
+def _expand(paths: list[Path]) -> list[Path]:
+    """Shell-style globs the shell did not expand (quoted, or from another tool) become the paths they match."""
+    out = []
     for p in paths:
+        if not p.exists() and glob.has_magic(str(p)):
+            matches = sorted(Path(m) for m in glob.glob(str(p)))
+            if not matches:
+                raise LabError(f"{p} matches nothing; pass a multirun directory, run directories or a glob that matches them")
+            out += matches
+        else:
+            out.append(p)
+    return out
+
+
+def find_runs(paths: list[Path]) -> tuple[list[Path], list[Skipped]]:
+    """Run directories (a config.yaml written by lab.train) at or below each path, in path order, and the
+    ones that cannot be shown (no metrics yet), with the reason: a run is never dropped without saying so."""
+    found: list[Path] = []
+    skipped: list[Skipped] = []
+    for p in _expand(paths):
         if not p.exists():
-            raise LabError(f"{p} does not exist; pass a multirun directory or run directories")
+            raise LabError(f"{p} does not exist; pass a multirun directory, run directories or a glob")
         candidates = [p] if (p / "config.yaml").is_file() else sorted(
             (c.parent for c in p.rglob("config.yaml") if ".hydra" not in c.parts and "wandb" not in c.parts),
             key=lambda d: [int(s) if s.isdigit() else s for s in d.relative_to(p).parts],
         )
-        runs = [c for c in candidates if (c / "csv" / "metrics.csv").is_file()]
-        if not runs:
+        if not candidates:
             raise LabError(f"no runs under {p}: a run directory has config.yaml and csv/metrics.csv (written by lab.train)")
-        found += [r for r in runs if r not in found]
-    return found
+        for c in candidates:
+            if c in found or any(s.path == c for s in skipped):
+                continue
+            if (c / "csv" / "metrics.csv").is_file():
+                found.append(c)
+            else:
+                skipped.append(Skipped(c, "no csv/metrics.csv yet (the run stopped before its first logged step)"))
+    if not found:
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped)
+        raise LabError(f"no run under {', '.join(map(str, paths))} has metrics to show ({reasons})")
+    return found, skipped
+
+
+def run_status(path: Path, now: float | None = None) -> tuple[str, str]:
+    """How a run ended: status.json when the run wrote one (finished / interrupted / failed, with the error),
+    else train.log's closing line; a run with neither is running while its files still change."""
+    status_file = path / "status.json"
+    if status_file.is_file():
+        try:
+            data = json.loads(status_file.read_text())
+            state = str(data.get("status") or data.get("state") or "")
+            if state:
+                state = {"completed": "finished"}.get(state, state)
+                return state, str(data.get("error") or data.get("reason") or "")
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    log = path / "train.log"
+    if log.is_file() and "finished in" in log.read_text(errors="replace")[-4000:]:
+        return "finished", ""
+    files = [f for f in (log, path / "csv" / "metrics.csv") if f.is_file()]
+    newest = max((f.stat().st_mtime for f in files), default=0.0)
+    if (now or time.time()) - newest < RUNNING_WINDOW_S:
+        return "running", ""
+    return "stopped", "no end recorded: killed or crashed"
 
 
 def load_run(path: Path, root: Path) -> Run:
@@ -93,7 +166,12 @@ def load_run(path: Path, root: Path) -> Run:
                 key, value = line.split(":", 1)
                 params[key.split("/")[1]] = int(value)
     name = str(path.relative_to(root)) if path != root else path.name
-    return Run(name=name, path=path, config=config, overrides=list(overrides or []), rows=read_csv(path / "csv" / "metrics.csv"), params=params)
+    status, note = run_status(path)
+    log = path / "train.log"
+    wall = re.findall(r"finished in ([0-9.]+)s", log.read_text(errors="replace")[-4000:]) if log.is_file() else []
+    return Run(name=name, path=path, config=config, overrides=list(overrides or []),
+               rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note,
+               wall_s=float(wall[-1]) if wall else None)
 
 
 def common_parent(paths: list[Path]) -> Path:
