@@ -11,8 +11,9 @@ import torch
 from conftest import TINY_LM, run_dirs, run_module, train
 
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
-from lab.models.decoding import generate
+from lab.models.decoding import generate, greedy_translate
 from lab.models.gpt import GPT
+from lab.models.seq2seq import EncoderDecoder
 from lab.runtime.export import export
 
 transformers = pytest.importorskip("transformers")
@@ -122,11 +123,60 @@ def test_loading_needs_no_lab(tmp_path):
                                      f"{_tokenizer('bpe').vocab_size}])"]
 
 
+# ---------------------------------------------------------------------------------------------- translator
+
+MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="post", scale_embeddings=True)
+PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
+
+
+@pytest.fixture(scope="module", params=["relu-tied", "gelu-untied-nobias"])
+def translator(request, tmp_path_factory):
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    layout = {**MARIAN_LAYOUT, "ffn": "relu"} if request.param == "relu-tied" else \
+        {**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}
+    torch.manual_seed(0)
+    model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1,
+                           **layout).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    out = tmp_path_factory.mktemp(request.param)
+    assert export(model, tok, {}, out) == "MarianMTModel"
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert [hf_tok(p, add_special_tokens=False)["input_ids"] for p in PAIRS] == [tok.encode(p) for p in PAIRS]
+    return tok, model, transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+
+
+def test_translator_logits_equal_lab_with_padded_sources(translator):
+    tok, model, hf = translator
+    rows = [tok.encode(p) + [2] for p in PAIRS]
+    src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded with pad id 0
+    tgt = torch.randint(3, tok.vocab_size, (3, 12), generator=torch.Generator().manual_seed(3))
+    tgt[:, 0] = 1  # bos starts the decoder
+    with torch.no_grad():
+        ours = model(src, tgt)
+        theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.5
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+def test_translator_greedy_generate_reproduces_lab_greedy(translator):
+    tok, model, hf = translator
+    for p in PAIRS:
+        src = torch.tensor([tok.encode(p) + [2]])
+        (ours,) = greedy_translate(model, src)
+        limit = min(int(src.shape[1] * 1.5) + 10, model.max_seq_len - 1)  # lab's default max length (eos included)
+        theirs = hf.generate(src, attention_mask=torch.ones_like(src), max_new_tokens=limit, num_beams=1,
+                             do_sample=False)[0, 1:].tolist()
+        assert (theirs[: theirs.index(2)] if 2 in theirs else theirs) == ours, p
+
+
 @pytest.mark.parametrize("layout, named", [
     ({"positions": "sinusoidal", "norm": "layernorm", "ffn": "gelu"}, "model.positions=learned"),
     ({"positions": "rotary", "norm": "rmsnorm", "ffn": "swiglu", "norm_placement": "post"}, "model.norm_placement=pre"),
     ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=False"),
-], ids=["sinusoidal", "post-norm-llama", "scaled-embeddings"])
+], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.export import gpt2, llama, tokenizer
+from lab.runtime.export import gpt2, llama, marian, tokenizer
 
 log = logging.getLogger("lab")
 
-# (family name, module): tried in order for a decoder-only language model.
+# (class name, module), tried in order, per kind of lab model.
 LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama))
+SEQ2SEQ_FAMILIES = (("MarianMTModel", marian),)
 
 
 def pick_family(model, families):
@@ -39,14 +40,18 @@ def pick_family(model, families):
 
 def export(model, tok, meta: dict, out_dir: Path) -> str:
     """Write the model, its config and its tokenizer into out_dir; -> the HF class name."""
-    if not (hasattr(model, "lm_head") and hasattr(model, "new_caches") and not hasattr(model, "encode")):
-        raise LabError("lab.export supports GPT language models for now (GPT2LMHeadModel, LlamaForCausalLM); "
-                       "encoders and translators are not exported yet")
-    name, family = pick_family(model, LM_FAMILIES)
+    if hasattr(model, "encode") and hasattr(model, "bos_id"):
+        families, ids = SEQ2SEQ_FAMILIES, {"pad": model.pad_id, "bos": model.bos_id, "eos": model.eos_id}
+    elif hasattr(model, "lm_head") and hasattr(model, "new_caches"):
+        eos = tokenizer.special_ids(tok)["eos"]
+        families, ids = LM_FAMILIES, {"pad": eos, "bos": eos, "eos": eos}
+    else:
+        raise LabError("lab.export supports GPT language models (GPT2LMHeadModel, LlamaForCausalLM) and translators "
+                       "(MarianMTModel) for now; encoders are not exported yet")
+    name, family = pick_family(model, families)
     config, state = family.convert(model, meta)
-    special = tokenizer.special_ids(tok)
     config.update({"architectures": [name], "torch_dtype": "float32", "vocab_size": model.vocab_size,
-                   "bos_token_id": special.get("eos"), "eos_token_id": special.get("eos")})
+                   "bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"]})
     out_dir.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file  # noqa: PLC0415 - the export extra
 
@@ -54,8 +59,9 @@ def export(model, tok, meta: dict, out_dir: Path) -> str:
     save_file({k: v.detach().to(torch.float32).contiguous().clone() for k, v in state.items()},
               str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": special.get("eos"), "eos_token_id": special.get("eos"),
-                  "pad_token_id": special.get("eos"), "do_sample": False}
+    generation = {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"], "do_sample": False}
+    if "decoder_start_token_id" in config:
+        generation |= {"decoder_start_token_id": config["decoder_start_token_id"], "forced_eos_token_id": ids["eos"]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    tokenizer.write(tok, out_dir, max_length=model.max_seq_len)
+    tokenizer.write(tok, out_dir, max_length=model.max_seq_len, specials=ids)
     return name

@@ -27,17 +27,17 @@ def backend(tok):
     return t
 
 
-def write(tok, out_dir: Path, max_length: int) -> None:
+def write(tok, out_dir: Path, max_length: int, specials: dict[str, int | None]) -> None:
+    """specials: the pad / bos / eos ids the model uses (an LM's are all its document separator)."""
     backend(tok).save(str(out_dir / "tokenizer.json"))
-    has_eos = tok.token_id(EOS) is not None
-    special = {"eos_token": EOS, "bos_token": EOS, "pad_token": EOS} if has_eos else {}
+    names = {f"{k}_token": tok.decode([i], skip_special=False) for k, i in specials.items() if i is not None}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": max_length,
         "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
         # lab encodes special-token strings in a user's text as ordinary text; only ids it adds are special
         "split_special_tokens": True,
-        **special,
+        **names,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(names, indent=2) + "\n")
