@@ -1,0 +1,48 @@
+"""lab GPT in the GPT-2 layout -> transformers' GPT2LMHeadModel."""
+from __future__ import annotations
+
+import torch
+
+LAYOUT = "pre-norm layernorm, learned positions, gelu FFN, no MoE, unscaled embeddings"
+
+
+def check(model) -> list[str]:
+    cfg = model.cfg
+    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "pre", "ffn": "gelu",
+              "scale_embeddings": False, "moe": None}
+    return [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+
+
+def _t(linear) -> torch.Tensor:
+    """GPT-2's Conv1D stores [in, out]: the transpose of nn.Linear's weight."""
+    return linear.weight.t()
+
+
+def _bias(module, n: int) -> torch.Tensor:
+    """A missing bias (model.bias=false) is an exact zero bias in GPT-2's always-biased layers."""
+    return module.bias if getattr(module, "bias", None) is not None else torch.zeros(n)
+
+
+def convert(model, meta: dict) -> tuple[dict, dict]:
+    cfg = model.cfg
+    D = cfg.d_model
+    s = {"transformer.wte.weight": model.embed.tokens.weight, "transformer.wpe.weight": model.embed.positions.weight}
+    for i, block in enumerate(model.decoder.layers):
+        p = f"transformer.h.{i}."
+        s[p + "ln_1.weight"], s[p + "ln_1.bias"] = block.norm_attn.weight, _bias(block.norm_attn, D)
+        s[p + "attn.c_attn.weight"] = _t(block.self_attn.qkv_proj)  # q, k, v blocks of D rows each, as GPT-2 splits
+        s[p + "attn.c_attn.bias"] = _bias(block.self_attn.qkv_proj, 3 * D)
+        s[p + "attn.c_proj.weight"], s[p + "attn.c_proj.bias"] = _t(block.self_attn.out_proj), _bias(block.self_attn.out_proj, D)
+        s[p + "ln_2.weight"], s[p + "ln_2.bias"] = block.norm_ffn.weight, _bias(block.norm_ffn, D)
+        s[p + "mlp.c_fc.weight"], s[p + "mlp.c_fc.bias"] = _t(block.ffn.up), _bias(block.ffn.up, cfg.d_ff)
+        s[p + "mlp.c_proj.weight"], s[p + "mlp.c_proj.bias"] = _t(block.ffn.down), _bias(block.ffn.down, D)
+    s["transformer.ln_f.weight"], s["transformer.ln_f.bias"] = model.decoder.final_norm.weight, _bias(model.decoder.final_norm, D)
+    s["lm_head.weight"] = model.lm_head.weight
+    config = {
+        "model_type": "gpt2", "n_embd": D, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
+        "n_positions": cfg.max_seq_len, "n_ctx": cfg.max_seq_len,
+        "activation_function": "gelu_new",  # tanh-approximate GELU, as lab's FFN
+        "layer_norm_epsilon": 1e-5, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
+        "scale_attn_weights": True, "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
+    }
+    return config, s

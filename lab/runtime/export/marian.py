@@ -1,0 +1,87 @@
+"""lab's translator in the "Attention Is All You Need" layout (post-norm, sinusoidal positions, shared
+embeddings) -> transformers' MarianMTModel."""
+from __future__ import annotations
+
+import torch
+
+LAYOUT = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared source/target embeddings, no MoE"
+
+
+def check(model) -> list[str]:
+    cfg = model.cfg
+    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None}
+    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    if cfg.ffn not in ("relu", "gelu"):
+        missing.append("model.ffn=relu or gelu")
+    if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
+        missing.append("model.share_embeddings=true")
+    return missing
+
+
+def hidden_order(d: int) -> torch.Tensor:
+    """lab's sinusoidal table interleaves sin (even features) and cos (odd); Marian's puts the sines in the
+    first half and the cosines in the second. Reordering the hidden features of the whole model [0, 2, 4,
+    ..., 1, 3, 5, ...] maps one onto the other exactly: layer norms are order-free, and every weight that
+    reads or writes the residual stream is reordered along that side."""
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+
+
+def convert(model, meta: dict) -> tuple[dict, dict]:
+    cfg = model.cfg
+    D = cfg.d_model
+    order = hidden_order(D)
+    reads = lambda w: w[:, order]  # noqa: E731 - a Linear whose input is the residual stream
+    writes = lambda w: w[order]  # noqa: E731 - a Linear's output rows / a bias / a norm on the stream
+
+    def bias(module, n: int) -> torch.Tensor:
+        return module.bias if getattr(module, "bias", None) is not None else torch.zeros(n)
+
+    def norm(prefix: str, m) -> dict:
+        return {prefix + ".weight": writes(m.weight), prefix + ".bias": writes(bias(m, D))}
+
+    def ffn(prefix: str, f) -> dict:
+        return {prefix + "fc1.weight": reads(f.up.weight), prefix + "fc1.bias": bias(f.up, cfg.d_ff),
+                prefix + "fc2.weight": writes(f.down.weight), prefix + "fc2.bias": writes(bias(f.down, D))}
+
+    def self_attn(prefix: str, a) -> dict:
+        q, k, v = reads(a.qkv_proj.weight).split(D)
+        qb, kb, vb = bias(a.qkv_proj, 3 * D).split(D)
+        return {prefix + "q_proj.weight": q, prefix + "k_proj.weight": k, prefix + "v_proj.weight": v,
+                prefix + "q_proj.bias": qb, prefix + "k_proj.bias": kb, prefix + "v_proj.bias": vb,
+                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias(a.out_proj, D))}
+
+    def cross_attn(prefix: str, a) -> dict:
+        k, v = reads(a.kv_proj.weight).split(D)  # keys and values read the encoder output, reordered the same way
+        kb, vb = bias(a.kv_proj, 2 * D).split(D)
+        return {prefix + "q_proj.weight": reads(a.q_proj.weight), prefix + "q_proj.bias": bias(a.q_proj, D),
+                prefix + "k_proj.weight": k, prefix + "k_proj.bias": kb, prefix + "v_proj.weight": v, prefix + "v_proj.bias": vb,
+                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias(a.out_proj, D))}
+
+    embed = reads(model.src_embed.tokens.weight)
+    s = {"model.shared.weight": embed, "model.encoder.embed_tokens.weight": embed, "model.decoder.embed_tokens.weight": embed}
+    for i, b in enumerate(model.encoder.layers):
+        p = f"model.encoder.layers.{i}."
+        s |= self_attn(p + "self_attn.", b.self_attn) | norm(p + "self_attn_layer_norm", b.norm_attn)
+        s |= ffn(p, b.ffn) | norm(p + "final_layer_norm", b.norm_ffn)
+    for i, b in enumerate(model.decoder.layers):
+        p = f"model.decoder.layers.{i}."
+        s |= self_attn(p + "self_attn.", b.self_attn) | norm(p + "self_attn_layer_norm", b.norm_attn)
+        s |= cross_attn(p + "encoder_attn.", b.cross_attn) | norm(p + "encoder_attn_layer_norm", b.norm_cross)
+        s |= ffn(p, b.ffn) | norm(p + "final_layer_norm", b.norm_ffn)
+    # the positional tables are recomputed by Marian itself (in its own order); lab's lm_head may be untied
+    s["lm_head.weight"] = reads(model.lm_head.weight)
+    s["final_logits_bias"] = torch.zeros(1, model.vocab_size)
+    config = {
+        "model_type": "marian", "is_encoder_decoder": True, "d_model": D,
+        "encoder_layers": cfg.n_layers, "decoder_layers": cfg.n_layers,
+        "encoder_attention_heads": cfg.n_heads, "decoder_attention_heads": cfg.n_heads,
+        "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
+        "activation_function": "relu" if cfg.ffn == "relu" else "gelu_new",
+        "max_position_embeddings": cfg.max_seq_len, "scale_embedding": bool(cfg.scale_embeddings),
+        "dropout": cfg.dropout, "attention_dropout": 0.0, "activation_dropout": 0.0,
+        "share_encoder_decoder_embeddings": True, "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "decoder_vocab_size": model.vocab_size, "pad_token_id": model.pad_id, "eos_token_id": model.eos_id,
+        "bos_token_id": model.bos_id, "decoder_start_token_id": model.bos_id, "forced_eos_token_id": model.eos_id,
+        "use_cache": True,
+    }
+    return config, s

@@ -1,0 +1,207 @@
+"""python -m lab.export: every supported mapping gives transformers' own class the same logits as lab (1e-4),
+the same token ids from AutoTokenizer, and the same greedy continuation; unsupported layouts are one line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import TINY_LM, run_dirs, run_module, train
+
+from lab.data.tokenizers import CharTokenizer, HFTokenizer
+from lab.models.decoding import generate, greedy_translate
+from lab.models.gpt import GPT
+from lab.models.seq2seq import EncoderDecoder
+from lab.runtime.export import export
+
+transformers = pytest.importorskip("transformers")
+
+TEXT = ("ROMEO. But soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
+        "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief. ") * 3
+SAMPLES = ["ROMEO. But soft!", "what light, yonder?\n  two spaces", "Juliet zq unseen chars: é ß 日本"]
+
+GPT2_LAYOUT = dict(positions="learned", norm="layernorm", norm_placement="pre", ffn="gelu")
+LLAMA_LAYOUT = dict(positions="rotary", norm="rmsnorm", norm_placement="pre", ffn="swiglu", bias=False)
+
+
+def _tokenizer(kind: str):
+    if kind == "char":
+        return CharTokenizer.train([TEXT], ["<|endoftext|>"])
+    return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
+
+
+def _model(vocab: int, **layout) -> GPT:
+    torch.manual_seed(0)
+    # init_std 0.1: outputs that vary strongly by position and token, so a mapping error cannot hide
+    model = GPT(vocab, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **layout)
+    with torch.no_grad():  # non-trivial norms and biases (init leaves them at 1 and 0)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+CASES = {
+    "gpt2-char": ("GPT2LMHeadModel", "char", GPT2_LAYOUT),
+    "gpt2-bpe-untied-nobias": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "bias": False, "tie_embeddings": False}),
+    "llama-bpe": ("LlamaForCausalLM", "bpe", LLAMA_LAYOUT),
+    "llama-char-bias": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "bias": True}),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
+def exported(request, tmp_path_factory):
+    cls, kind, layout = CASES[request.param]
+    tok = _tokenizer(kind)
+    model = _model(tok.vocab_size, **layout)
+    out = tmp_path_factory.mktemp(request.param)
+    assert export(model, tok, {}, out) == cls
+    return cls, tok, model, out
+
+
+def _hf(out):
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    return model
+
+
+def test_exported_class_and_files(exported):
+    cls, _, _, out = exported
+    assert json.loads((out / "config.json").read_text())["architectures"] == [cls]
+    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "config.json", "generation_config.json",
+                                               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
+    assert type(_hf(out)).__name__ == cls
+
+
+def test_logits_equal_lab_on_random_inputs(exported):
+    _, tok, model, out = exported
+    hf = _hf(out)
+    ids = torch.randint(0, tok.vocab_size, (3, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    assert ours.std() > 0.5  # the outputs vary: a mapping error would show
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+def test_tokenizer_gives_labs_ids(exported):
+    _, tok, _, out = exported
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    for text in SAMPLES:
+        assert hf_tok(text, add_special_tokens=False)["input_ids"] == tok.encode(text), text
+        assert hf_tok.decode(tok.encode(text), skip_special_tokens=True) == tok.decode(tok.encode(text))
+
+
+def test_greedy_generate_reproduces_lab_generate_temperature_0(exported):
+    _, tok, model, out = exported
+    hf = _hf(out)
+    prompt = torch.tensor([tok.encode("ROMEO. But")])
+    ours = generate(model, prompt, 20, temperature=0.0)
+    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, min_new_tokens=20,
+                         do_sample=False, pad_token_id=0)
+    assert theirs.tolist() == ours.tolist()
+
+
+def test_loading_needs_no_lab(tmp_path):
+    """transformers alone (lab's package made unimportable) loads each family's model and tokenizer."""
+    outs = []
+    for case in ("gpt2-char", "llama-bpe"):
+        _, kind, layout = CASES[case]
+        tok = _tokenizer(kind)
+        export(_model(tok.vocab_size, **layout), tok, {}, tmp_path / case)
+        outs.append(str(tmp_path / case))
+    code = ("import sys; sys.modules['lab'] = None\n"
+            "import transformers, torch\n"
+            f"for out in {outs!r}:\n"
+            "    m = transformers.AutoModelForCausalLM.from_pretrained(out)\n"
+            "    t = transformers.AutoTokenizer.from_pretrained(out)\n"
+            "    print(type(m).__name__, m(torch.tensor([t('ROMEO.')['input_ids']])).logits.shape)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["GPT2LMHeadModel", "torch.Size([1,", "6,", "36])",
+                                     "LlamaForCausalLM", "torch.Size([1,", f"{len(_tokenizer('bpe').encode('ROMEO.'))},",
+                                     f"{_tokenizer('bpe').vocab_size}])"]
+
+
+# ---------------------------------------------------------------------------------------------- translator
+
+MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="post", scale_embeddings=True)
+PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
+
+
+@pytest.fixture(scope="module", params=["relu-tied", "gelu-untied-nobias"])
+def translator(request, tmp_path_factory):
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    layout = {**MARIAN_LAYOUT, "ffn": "relu"} if request.param == "relu-tied" else \
+        {**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}
+    torch.manual_seed(0)
+    model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1,
+                           **layout).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    out = tmp_path_factory.mktemp(request.param)
+    assert export(model, tok, {}, out) == "MarianMTModel"
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert [hf_tok(p, add_special_tokens=False)["input_ids"] for p in PAIRS] == [tok.encode(p) for p in PAIRS]
+    return tok, model, transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+
+
+def test_translator_logits_equal_lab_with_padded_sources(translator):
+    tok, model, hf = translator
+    rows = [tok.encode(p) + [2] for p in PAIRS]
+    src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded with pad id 0
+    tgt = torch.randint(3, tok.vocab_size, (3, 12), generator=torch.Generator().manual_seed(3))
+    tgt[:, 0] = 1  # bos starts the decoder
+    with torch.no_grad():
+        ours = model(src, tgt)
+        theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.5
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+def test_translator_greedy_generate_reproduces_lab_greedy(translator):
+    tok, model, hf = translator
+    for p in PAIRS:
+        src = torch.tensor([tok.encode(p) + [2]])
+        (ours,) = greedy_translate(model, src)
+        limit = min(int(src.shape[1] * 1.5) + 10, model.max_seq_len - 1)  # lab's default max length (eos included)
+        theirs = hf.generate(src, attention_mask=torch.ones_like(src), max_new_tokens=limit, num_beams=1,
+                             do_sample=False)[0, 1:].tolist()
+        assert (theirs[: theirs.index(2)] if 2 in theirs else theirs) == ours, p
+
+
+@pytest.mark.parametrize("layout, named", [
+    ({"positions": "sinusoidal", "norm": "layernorm", "ffn": "gelu"}, "model.positions=learned"),
+    ({"positions": "rotary", "norm": "rmsnorm", "ffn": "swiglu", "norm_placement": "post"}, "model.norm_placement=pre"),
+    ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=False"),
+], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings"])
+def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
+    from lab.errors import LabError
+
+    tok = _tokenizer("char")
+    with pytest.raises(LabError, match="no Hugging Face class reproduces this model exactly") as e:
+        export(_model(tok.vocab_size, **layout), tok, {}, tmp_path / "out")
+    assert named in str(e.value) and "nearest:" in str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_cli_exports_a_trained_run_directory(tmp_path):
+    """The real entry point on a trained checkpoint: exit 0, and the export's logits equal the checkpoint's."""
+    runs = tmp_path / "runs"
+    train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=4", "test=false"], runs)
+    (run,) = run_dirs(runs)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    out = tmp_path / "hf"
+    result = run_module("lab.export", [f"ckpt_path={ckpt}", f"out_dir={out}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wrote GPT2LMHeadModel" in result.stdout
+    from lab.runtime.checkpoints import load_model
+
+    model, tok, _ = load_model(ckpt)
+    ids = torch.tensor([tok.encode("ROMEO. What say you?")])
+    with torch.no_grad():
+        torch.testing.assert_close(_hf(out)(ids).logits, model(ids), atol=1e-4, rtol=0)
+    bad = run_module("lab.export", [f"ckpt_path={ckpt}"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error:")
