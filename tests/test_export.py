@@ -12,6 +12,7 @@ from conftest import TINY_LM, run_dirs, run_module, train
 
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
 from lab.models.decoding import generate, greedy_translate
+from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
 from lab.runtime.export import export
@@ -170,6 +171,77 @@ def test_translator_greedy_generate_reproduces_lab_greedy(translator):
         theirs = hf.generate(src, attention_mask=torch.ones_like(src), max_new_tokens=limit, num_beams=1,
                              do_sample=False)[0, 1:].tolist()
         assert (theirs[: theirs.index(2)] if 2 in theirs else theirs) == ours, p
+
+
+# ---------------------------------------------------------------------------------------------- encoders
+
+BERT_LAYOUT = dict(positions="learned", norm="layernorm", norm_placement="post", ffn="gelu", embed_norm=True)
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _perturbed(model):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def wordpiece():
+    return HFTokenizer.train([TEXT] * 20, SPECIALS, vocab_size=200, kind="wordpiece")
+
+
+def _padded(tok, texts):
+    rows = [[2, *tok.encode(t)[:40], 3] for t in texts]  # [CLS] ... [SEP]
+    return torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])
+
+
+@pytest.mark.parametrize("kind", ["mlm", "mlm-untied", "classifier"])
+def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
+    torch.manual_seed(0)
+    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **BERT_LAYOUT)
+    if kind == "classifier":
+        model = _perturbed(EncoderClassifier(wordpiece.vocab_size, 0, 3, pooling="bert", **common))
+        with torch.no_grad():
+            model.classifier.weight.mul_(30)  # rows of logits that differ clearly from input to input
+        meta, cls = {"data": {"labels": ["negative", "neutral", "positive"]}}, "BertForSequenceClassification"
+    else:
+        model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, tie_embeddings=kind == "mlm", **common))
+        meta, cls = {}, "BertForMaskedLM"
+    assert export(model, wordpiece, meta, tmp_path) == cls
+    auto = transformers.AutoModelForMaskedLM if kind != "classifier" else transformers.AutoModelForSequenceClassification
+    hf = auto.from_pretrained(tmp_path).eval()
+    ids = _padded(wordpiece, SAMPLES)
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(input_ids=ids, attention_mask=ids != 0).logits
+    assert (ours - ours.mean(0)).abs().max() > 0.05  # outputs differ from input to input
+    if kind == "classifier":
+        assert hf.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+        torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+    else:  # padded positions are not compared: lab and BERT both leave them unused
+        torch.testing.assert_close(theirs[ids != 0], ours[ids != 0], atol=1e-4, rtol=0)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert [hf_tok(t, add_special_tokens=False)["input_ids"] for t in SAMPLES] == [wordpiece.encode(t) for t in SAMPLES]
+
+
+def test_embed_norm_normalises_what_the_first_block_sees():
+    torch.manual_seed(0)
+    model = MaskedLM(50, 0, 4, d_model=16, n_layers=1, n_heads=2, max_seq_len=16, embed_norm=True)
+    ids = torch.randint(5, 50, (2, 7))
+    embed = model.encoder.embed
+    raw = embed.tokens(ids) + embed.positions.weight[:7]  # by hand: token + position, then (x - mean) / std
+    by_hand = (raw - raw.mean(-1, keepdim=True)) / (raw.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    torch.testing.assert_close(embed(ids), by_hand, atol=1e-5, rtol=0)
+
+
+def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
+    from lab.errors import LabError
+
+    model = EncoderClassifier(wordpiece.vocab_size, 0, 2, pooling="mean", d_model=32, n_layers=1, n_heads=4, **BERT_LAYOUT)
+    with pytest.raises(LabError, match="model.pooling=bert"):
+        export(model, wordpiece, {}, tmp_path / "out")
 
 
 @pytest.mark.parametrize("layout, named", [

@@ -37,6 +37,17 @@ class ClsPooling(nn.Module):
         return h[:, 0]
 
 
+class BertPooling(nn.Module):
+    """BERT's pooler: the [CLS] state through a dense layer and tanh."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, D]
+        return torch.tanh(self.dense(h[:, 0]))
+
+
 class MeanPooling(nn.Module):
     """Average over real tokens only: padding contributes nothing."""
 
@@ -58,7 +69,7 @@ class AttentionPooling(nn.Module):
         return torch.einsum("bt,btd->bd", weights, h)
 
 
-POOLINGS = {"cls": lambda d: ClsPooling(), "mean": lambda d: MeanPooling(), "attention": AttentionPooling}
+POOLINGS = {"cls": lambda d: ClsPooling(), "bert": BertPooling, "mean": lambda d: MeanPooling(), "attention": AttentionPooling}
 HEADS = ("sequence", "token")
 
 
@@ -118,7 +129,8 @@ class EncoderClassifier(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """BERT's prediction head: dense -> gelu -> layernorm -> vocabulary projection (weight given: tied)."""
+    """BERT's prediction head: dense -> gelu -> layernorm -> vocabulary projection (weight given: tied).
+    The GELU is the FFN's (tanh approximation), as BERT uses one activation for both."""
 
     def __init__(self, d_model: int, vocab_size: int):
         super().__init__()
@@ -127,7 +139,7 @@ class MLMHead(nn.Module):
         self.decoder = nn.Linear(d_model, vocab_size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., V]
-        return self.decoder(self.norm(F.gelu(self.dense(h))))
+        return self.decoder(self.norm(F.gelu(self.dense(h), approximate="tanh")))
 
 
 class MaskedLM(nn.Module):

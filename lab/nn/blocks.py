@@ -134,13 +134,14 @@ class TransformerStack(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """Token embedding (optionally scaled by sqrt(d)) plus absolute positions, then dropout."""
+    """Token embedding (optionally scaled by sqrt(d)) plus absolute positions, optionally normalised, then dropout."""
 
     def __init__(self, vocab_size: int, cfg: TransformerConfig):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, cfg.d_model)
         self.positions = make_absolute_positions(cfg.positions, cfg.max_seq_len, cfg.d_model)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias) if cfg.embed_norm else None
         self.max_len = cfg.max_seq_len
         self.dropout = cfg.dropout
 
@@ -156,6 +157,8 @@ class Embeddings(nn.Module):
             x = x * self.scale
         if self.positions is not None:
             x = x + self.positions(start, T)
+        if self.norm is not None:
+            x = self.norm(x)
         return F.dropout(x, self.dropout) if self.dropout and self.training else x
 
 

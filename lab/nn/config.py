@@ -20,6 +20,7 @@ class TransformerConfig:
     """Every architectural choice of a transformer stack, as one flat record.
 
     GPT-2 layout: pre-norm, layernorm, learned positions, gelu, tied embeddings.
+    BERT layout: post-norm, layernorm, learned positions, gelu, embed_norm=True.
     "Attention Is All You Need" layout: post-norm, layernorm, sinusoidal positions, relu,
     scale_embeddings=True.
     """
@@ -51,6 +52,8 @@ class TransformerConfig:
     """Share the token embedding matrix with the output projection."""
     scale_embeddings: bool = False
     """Multiply token embeddings by sqrt(d_model) (Vaswani et al. 3.4)."""
+    embed_norm: bool = False
+    """Normalise the summed token + position embeddings (a `norm` layer) before the first block, as BERT does."""
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
     moe: dict[str, Any] | None = None

@@ -14,13 +14,15 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.export import gpt2, llama, marian, tokenizer
+from lab.runtime.export import bert, gpt2, llama, marian, tokenizer
 
 log = logging.getLogger("lab")
 
 # (class name, module), tried in order, per kind of lab model.
 LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama))
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian),)
+MLM_FAMILIES = (("BertForMaskedLM", bert),)
+CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 
 
 def pick_family(model, families):
@@ -45,13 +47,16 @@ def export(model, tok, meta: dict, out_dir: Path) -> str:
     elif hasattr(model, "lm_head") and hasattr(model, "new_caches"):
         eos = tokenizer.special_ids(tok)["eos"]
         families, ids = LM_FAMILIES, {"pad": eos, "bos": eos, "eos": eos}
+    elif hasattr(model, "mlm_head") or hasattr(model, "classifier"):
+        families = MLM_FAMILIES if hasattr(model, "mlm_head") else CLASSIFIER_FAMILIES
+        pad, mask = model.encoder.pad_id, getattr(model, "mask_id", None)
+        ids = {"pad": pad, "mask": mask, **{k: tok.token_id(t) for k, t in (("cls", "[CLS]"), ("sep", "[SEP]"), ("unk", "[UNK]"))}}
     else:
-        raise LabError("lab.export supports GPT language models (GPT2LMHeadModel, LlamaForCausalLM) and translators "
-                       "(MarianMTModel) for now; encoders are not exported yet")
+        raise LabError(f"lab.export does not know this model ({type(model).__name__})")
     name, family = pick_family(model, families)
     config, state = family.convert(model, meta)
-    config.update({"architectures": [name], "torch_dtype": "float32", "vocab_size": model.vocab_size,
-                   "bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"]})
+    config.update({"architectures": [name], "torch_dtype": "float32", "vocab_size": tok.vocab_size,
+                   **{f"{k}_token_id": ids[k] for k in ("bos", "eos", "pad") if ids.get(k) is not None}})
     out_dir.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file  # noqa: PLC0415 - the export extra
 
@@ -59,9 +64,10 @@ def export(model, tok, meta: dict, out_dir: Path) -> str:
     save_file({k: v.detach().to(torch.float32).contiguous().clone() for k, v in state.items()},
               str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"], "do_sample": False}
-    if "decoder_start_token_id" in config:
-        generation |= {"decoder_start_token_id": config["decoder_start_token_id"], "forced_eos_token_id": ids["eos"]}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    tokenizer.write(tok, out_dir, max_length=model.max_seq_len, specials=ids)
+    if "eos" in ids:  # generation settings where the model generates
+        generation = {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"], "do_sample": False}
+        if "decoder_start_token_id" in config:
+            generation |= {"decoder_start_token_id": config["decoder_start_token_id"], "forced_eos_token_id": ids["eos"]}
+        (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    tokenizer.write(tok, out_dir, max_length=model.cfg.max_seq_len, specials=ids)
     return name

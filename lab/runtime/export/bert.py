@@ -1,0 +1,77 @@
+"""lab encoders in BERT's layout (post-norm, learned positions, GELU, normalised embeddings) ->
+transformers' BertForMaskedLM (the MLM) and BertForSequenceClassification (the classifier, BERT pooler)."""
+from __future__ import annotations
+
+import torch
+
+LAYOUT = ("post-norm layernorm, learned positions, gelu FFN, embed_norm=true, unscaled embeddings, no MoE; "
+          "classifiers: pooling=bert, head=sequence")
+LN_EPS = 1e-5  # nn.LayerNorm's default, which lab uses
+
+
+def check(model) -> list[str]:
+    cfg = model.cfg
+    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post", "ffn": "gelu",
+              "embed_norm": True, "scale_embeddings": False, "moe": None}
+    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    if hasattr(model, "classifier"):
+        if model.head_kind != "sequence":
+            missing.append("model.head=sequence")
+        if type(model.pool).__name__ != "BertPooling":
+            missing.append("model.pooling=bert")
+    return missing
+
+
+def _bias(module, n: int) -> torch.Tensor:
+    return module.bias if getattr(module, "bias", None) is not None else torch.zeros(n)
+
+
+def encoder_state(encoder, cfg, prefix: str = "bert.") -> dict:
+    D = cfg.d_model
+    e = encoder.embed
+    s = {prefix + "embeddings.word_embeddings.weight": e.tokens.weight,
+         prefix + "embeddings.position_embeddings.weight": e.positions.weight,
+         prefix + "embeddings.token_type_embeddings.weight": torch.zeros(1, D),  # lab has no segments: type 0 adds 0
+         prefix + "embeddings.LayerNorm.weight": e.norm.weight, prefix + "embeddings.LayerNorm.bias": _bias(e.norm, D)}
+    for i, b in enumerate(encoder.stack.layers):
+        p = f"{prefix}encoder.layer.{i}."
+        q, k, v = b.self_attn.qkv_proj.weight.split(D)
+        qb, kb, vb = _bias(b.self_attn.qkv_proj, 3 * D).split(D)
+        s |= {p + "attention.self.query.weight": q, p + "attention.self.query.bias": qb,
+              p + "attention.self.key.weight": k, p + "attention.self.key.bias": kb,
+              p + "attention.self.value.weight": v, p + "attention.self.value.bias": vb,
+              p + "attention.output.dense.weight": b.self_attn.out_proj.weight,
+              p + "attention.output.dense.bias": _bias(b.self_attn.out_proj, D),
+              p + "attention.output.LayerNorm.weight": b.norm_attn.weight,
+              p + "attention.output.LayerNorm.bias": _bias(b.norm_attn, D),
+              p + "intermediate.dense.weight": b.ffn.up.weight, p + "intermediate.dense.bias": _bias(b.ffn.up, cfg.d_ff),
+              p + "output.dense.weight": b.ffn.down.weight, p + "output.dense.bias": _bias(b.ffn.down, D),
+              p + "output.LayerNorm.weight": b.norm_ffn.weight, p + "output.LayerNorm.bias": _bias(b.norm_ffn, D)}
+    return s
+
+
+def convert(model, meta: dict) -> tuple[dict, dict]:
+    cfg = model.cfg
+    s = encoder_state(model.encoder, cfg)
+    config = {
+        "model_type": "bert", "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
+        "hidden_act": "gelu_new",  # lab's tanh-approximate GELU, in the FFN and the MLM head alike
+        "max_position_embeddings": cfg.max_seq_len, "type_vocab_size": 1, "layer_norm_eps": LN_EPS,
+        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout,
+        "pad_token_id": model.encoder.pad_id, "tie_word_embeddings": bool(cfg.tie_embeddings),
+    }
+    if hasattr(model, "mlm_head"):
+        h = model.mlm_head
+        s |= {"cls.predictions.transform.dense.weight": h.dense.weight, "cls.predictions.transform.dense.bias": h.dense.bias,
+              "cls.predictions.transform.LayerNorm.weight": h.norm.weight, "cls.predictions.transform.LayerNorm.bias": h.norm.bias,
+              "cls.predictions.decoder.weight": h.decoder.weight, "cls.predictions.decoder.bias": h.decoder.bias,
+              "cls.predictions.bias": h.decoder.bias}
+        return config, s
+    labels = (meta.get("data") or {}).get("labels") or [f"LABEL_{i}" for i in range(model.classifier.out_features)]
+    s |= {"bert.pooler.dense.weight": model.pool.dense.weight, "bert.pooler.dense.bias": model.pool.dense.bias,
+          "classifier.weight": model.classifier.weight, "classifier.bias": model.classifier.bias}
+    config |= {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+               "label2id": {label: i for i, label in enumerate(labels)}, "classifier_dropout": None,
+               "problem_type": "single_label_classification"}
+    return config, s
