@@ -124,7 +124,7 @@ class ParallelFiles:
             _, rows = read_table(path, fmt, field, report, names=self.fields, header=fmt.header)
             need = max(self.columns) + 1
             if rows and len(rows[0][1]) < need:
-                raise DataError(f"{path}:{rows[0][0]} has {len(rows[0][1])} tab-separated columns, too few for "
+                raise DataError(f"{path}:{rows[0][0]}: has {len(rows[0][1])} tab-separated columns, too few for "
                                 f"{self.prefix}source_column / target_column = {self.columns}; set them, or separate "
                                 "source and target by a tab")
             records = [(n, [cells[c] for c in self.columns]) for n, cells in rows]
