@@ -345,7 +345,8 @@ def _racer(rounds: int, base: str, inputs: str, barrier, results) -> None:
 
 def test_four_processes_on_one_cold_cache_all_succeed_with_identical_data(tmp_path):
     inputs = tmp_path / "inputs"
-    write(inputs if inputs.mkdir() is None else inputs, {"a.txt": TEXT, "train.tsv": BASE, "pairs.tsv": PAIRS})
+    inputs.mkdir()
+    write(inputs, {"a.txt": TEXT, "train.tsv": BASE, "pairs.tsv": PAIRS})
     with tarfile.open(inputs / "a.tar", "w") as tar:
         data = TEXT.encode()
         info = tarfile.TarInfo("a.txt")

@@ -172,11 +172,12 @@ def decode(path: Path, fmt: FileFormat, split: str, report: DataReport, **facts)
         text = data.decode(fmt.encoding, errors="replace")
         replaced = text.count("\ufffd") - data.decode(fmt.encoding, errors="ignore").count("\ufffd")
     bom = text.startswith("\ufeff") or bom16  # (the utf-16/32 codecs consume the BOM themselves)
+    crlf = text.count("\r\n")
     text = text.removeprefix("\ufeff").replace("\r\n", "\n")
     control = sum(text.count(c) for c in "\0\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x7f")
     if control > max(8, len(text) // 100):
         raise DataError(f"{path} holds {control} control characters in {len(text)}: it is binary, not text")
-    report.file(split, path, bytes=len(data), encoding=fmt.encoding, bom_stripped=bom, **facts)
+    report.file(split, path, bytes=len(data), encoding=fmt.encoding, bom_stripped=bom, crlf_read_as_lf=crlf, **facts)
     if replaced:
         report.note("changed", split, f"undecodable bytes replaced by U+FFFD ({path.name}, {fmt.prefix}encoding_errors=replace)",
                     count=replaced)
@@ -290,7 +291,7 @@ def label_of(value) -> str | None:
         x = float(text)
     except ValueError:
         return text
-    if not math.isfinite(x) or isinstance(value, bool):
+    if not math.isfinite(x):
         return text
     return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
 
