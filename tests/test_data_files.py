@@ -281,7 +281,7 @@ LM_CASES = [
     ("val-only-duplicates-is-an-error", {"a.txt": TEXT, "v.txt": TEXT}, {"val": ["v.txt"]},
      r"nothing is left for validation: every val file is identical to a training file"),
     ("val-duplicates-refused-when-asked", {"a.txt": TEXT, "v.txt": TEXT, "w.txt": TEXT.upper()},
-     {"val": ["v.txt", "w.txt"], "eval_overlap": "error"}, r"1 val row\(s\) also occur in an earlier split \(\S*v.txt\)"),
+     {"val": ["v.txt", "w.txt"], "eval_overlap": "error"}, r"1 val file\(s\) also occur in an earlier split \(\S*v.txt\)"),
     ("too-few-tokens-names-file-and-split", {"a.txt": TEXT, "v.txt": "hi\n"}, {"val": ["v.txt"]},
      r"the val split \(\S*v.txt\) is 4 tokens, too few for windows of data.block_size=8"),
 ]

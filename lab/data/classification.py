@@ -180,7 +180,7 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
             if not cut[name]:
                 raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
         splits = drop_overlap(cut, lambda row: row[0], source.eval_overlap, report, getattr(source, "prefix", "data."),
-                              order=SPLITS, where=lambda row: row[2])
+                              order=SPLITS, where=lambda row: row[2], what="text")
         for name in SPLITS:
             if not splits[name]:
                 raise DataError(f"nothing is left of the {name} split: all {len(cut[name])} of its rows also occur in an "

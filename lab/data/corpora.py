@@ -101,7 +101,7 @@ class TextFiles:
         if self.val_files:
             val = self._read(self.val_files, "val_files", report)
             kept = drop_overlap({"train": train, "val": val}, lambda d: d[1], self.format.eval_overlap, report,
-                                "data.corpus.", order=("train", "val"), where=lambda d: d[0])
+                                "data.corpus.", order=("train", "val"), where=lambda d: d[0], unit="file", what="text")
             if not kept["val"]:
                 raise DataError(f"nothing is left for validation: every val file is identical to a training file "
                                 f"({', '.join(n for n, _ in val)}); give other data.corpus.val_files, or none")

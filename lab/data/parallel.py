@@ -212,7 +212,7 @@ class ParallelDataModule(L.LightningDataModule):
         if self.reverse:
             splits = {k: [(t, s, w) for s, t, w in v] for k, v in splits.items()}
         kept = drop_overlap(splits, lambda p: p[0], self.eval_overlap, report, order=("train", "valid", "test"),
-                            where=lambda p: p[2])
+                            where=lambda p: p[2], unit="pair", what="source")
         for split in ("valid", "test"):
             if not kept[split]:
                 raise DataError(f"nothing is left of the {split} split: all {len(splits[split])} of its pairs have a source "

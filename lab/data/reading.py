@@ -312,7 +312,8 @@ def label_counts(labels) -> dict[str, int]:
 
 
 def drop_overlap(splits: dict[str, list], key, policy: str, report: DataReport, prefix: str = "data.",
-                 order: tuple[str, ...] = ("train", "val", "test"), where=lambda row: None) -> dict[str, list]:
+                 order: tuple[str, ...] = ("train", "val", "test"), where=lambda row: None, unit: str = "row",
+                 what: str = "input") -> dict[str, list]:
     """Evaluation splits without the rows whose key (the model's input) occurs in an earlier split of `order`:
     val loses what train has, test what train or val has. policy error: refuse instead, naming the rows."""
     seen: dict[object, str] = {}
@@ -328,15 +329,15 @@ def drop_overlap(splits: dict[str, list], key, policy: str, report: DataReport, 
                 dupes.append((row, seen[k]))
                 continue
             if k in mine:  # within one split a repeat is the user's choice (e.g. weighting): kept, but said
-                report.note("kept", name, "rows repeating an earlier row's input in the same split", where(row))
+                report.note("kept", name, f"{unit}s repeating an earlier {unit}'s {what} in the same split", where(row))
             mine.add(k)
             kept.append(row)
         if dupes and policy == "error":
             first = ", ".join(str(where(r)) for r, _ in dupes[:FIRST])
-            raise DataError(f"{len(dupes)} {name} row(s) also occur in an earlier split ({first}): the model would be "
+            raise DataError(f"{len(dupes)} {name} {unit}(s) also occur in an earlier split ({first}): the model would be "
                             f"evaluated on what it trained on; remove them, or set {prefix}eval_overlap=drop")
         for row, other in dupes:
-            report.note("dropped", name, f"rows whose input also occurs in {other}", where(row))
+            report.note("dropped", name, f"{unit}s whose {what} also occurs in {other}", where(row))
         for row in kept:
             seen.setdefault(key(row), name)
         out[name] = kept
