@@ -115,7 +115,8 @@ CLASSIFY_CASES = [
     ("repeats-within-train-kept-and-said", {"train.tsv": BASE + "good film 3\tpos\n", "val.tsv": VAL, "test.tsv": TEST}, {},
      {"rows": [21, 2, 2], "events": {("kept", "train", "repeating"): (1, ["train.tsv:22"])}}),
     ("nothing-left-after-skipping", {"train.tsv": "text\tlabel\na\tb\tc\n\tpos\nx\t\n"}, {"bad_lines": "skip"},
-     r"train.tsv: no usable rows are left \(3 dropped\)"),
+     r"train.tsv: no usable rows are left \(3 dropped: 1 rows with the wrong number of columns \(first train.tsv:2\); "
+     r"1 rows with an empty text \(first train.tsv:3\); 1 rows with an empty label \(first train.tsv:4\)\)"),
     ("split-cut-from-train", {"train.tsv": BASE}, {}, {"rows": [16, 2, 2], "labels": {"neg": 8, "pos": 8}}),
 ]
 

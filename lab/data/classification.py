@@ -127,7 +127,7 @@ class LabelledFiles:
                 report.note("changed", field, "labels normalised (whitespace stripped, numbers as 1 / 0.5)", where)
             out.append((text, label, where))
         if not out:
-            raise DataError(f"{path}: no usable rows are left ({report.count('dropped', field)} dropped); see the lines above")
+            raise DataError(f"{path}: no usable rows are left ({report.summary('dropped', field)})")
         report.file_facts(path, rows=len(out))
         return out
 

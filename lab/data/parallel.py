@@ -140,7 +140,7 @@ class ParallelFiles:
                 continue
             pairs.append((s.strip(), t.strip(), f"{path.name}:{n}"))
         if not pairs:
-            raise DataError(f"{path}: no usable pairs are left ({report.count('dropped', field)} dropped); see the lines above")
+            raise DataError(f"{path}: no usable pairs are left ({report.summary('dropped', field)})")
         report.file_facts(path, pairs=len(pairs))
         return pairs
 

@@ -109,6 +109,12 @@ class DataReport:
             mine["count"] += e["count"]
             mine["first"] = (mine["first"] + e["first"])[:FIRST]
 
+    def summary(self, action: str, split: str) -> str:
+        """e.g. "3 dropped: 2 rows with an empty label (first x.tsv:4), 1 lines that are not valid JSON (...)"."""
+        found = [(r, e) for (a, s, r), e in self.events.items() if a == action and s == split]
+        parts = [f"{e['count']} {r} (first {', '.join(e['first'][:2])})" for r, e in found]
+        return f"{sum(e['count'] for _, e in found)} {action}" + (f": {'; '.join(parts)}" if parts else "")
+
     def to_dict(self) -> dict:
         events = [{"action": a, "split": s, "reason": r, **e} for (a, s, r), e in self.events.items()]
         return {"task": self.task, "files": self.files, "splits": self.splits, "events": events}
