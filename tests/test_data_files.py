@@ -155,9 +155,10 @@ def test_classifier_reads_the_users_file_exactly(tmp_path, files, options, expec
 
 def test_unclosed_quote_no_longer_merges_rows_and_a_tab_no_longer_makes_a_class(tmp_path):
     """The issue's two TSV cases: 100 rows with one unclosed quote stay 100 rows with their own labels."""
-    rows = [(f'{"“" if i != 10 else chr(34)}review {i}', "pos" if i % 2 else "neg") for i in range(100)]
-    dm = classify(tmp_path, {"train.tsv": "text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows)})
+    rows = [("\"" if i == 10 else "") + f"review {i}\t{'pos' if i % 2 else 'neg'}\n" for i in range(100)]
+    dm = classify(tmp_path, {"train.tsv": "text\tlabel\n" + "".join(rows)})
     assert sum(dm.report["splits"][s]["rows"] for s in ("train", "val", "test")) == 100
+    assert [dm.report["splits"][s]["labels"] for s in ("train", "val", "test")] == [{"neg": 40, "pos": 40}, {"neg": 5, "pos": 5}, {"neg": 5, "pos": 5}]
     assert dm.labels == ["neg", "pos"]
 
 
