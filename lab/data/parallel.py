@@ -205,8 +205,9 @@ class ParallelDataModule(L.LightningDataModule):
                 splits[split] = [train[i] for i in order[taken : taken + size]]
                 taken += size
         if len(train) - taken < max(taken, 1):
+            files = getattr(self.corpus, "prefix", "data.corpus.")  # where the file fields live in the config
             raise DataError(f"{len(train)} training pairs is too few to hold out {taken} for valid/test; give "
-                            "data.corpus.valid_file/test_file or lower data.valid_size/test_size")
+                            f"{files}valid_file / test_file or lower data.valid_size/test_size")
         held = set(order[:taken])
         splits["train"] = [p for i, p in enumerate(train) if i not in held]
         if self.reverse:
