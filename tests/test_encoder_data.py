@@ -73,15 +73,17 @@ def test_bucketing_covers_every_sentence_once_with_less_padding():
 
 def test_movie_review_split_is_stratified_disjoint_and_cached():
     cache = Path(os.environ.get("LAB_CACHE_DIR", "~/.cache/lab")).expanduser()  # the real corpus, fetched once
-    splits = load_split(MovieReviews(), cache, split_seed=0)
+    splits, report = load_split(MovieReviews(), cache, split_seed=0)
     sizes = {k: len(v) for k, v in splits.items()}
     assert sum(sizes.values()) == 10568 and abs(sizes["train"] / 10568 - 0.8) < 0.001
-    texts = {k: {t for t, _ in v} for k, v in splits.items()}
+    assert report.count("dropped", "all", "sentences rated exactly 0 (no sentiment sign)") == 37
+    assert report.count("dropped", "val") == report.count("dropped", "test") == 0  # MR has no cross-split duplicates
+    texts = {k: {t for t, _, _ in v} for k, v in splits.items()}
     assert not texts["train"] & texts["test"] and not texts["val"] & texts["test"]
-    pos = {k: sum(y == "positive" for _, y in v) / len(v) for k, v in splits.items()}
+    pos = {k: sum(y == "positive" for _, y, _ in v) / len(v) for k, v in splits.items()}
     assert max(pos.values()) - min(pos.values()) < 0.005  # stratified
-    assert load_split(MovieReviews(), cache, split_seed=0) == splits  # the cached copy is what was computed
-    assert load_split(MovieReviews(), cache, split_seed=1)["test"] != splits["test"]
+    assert load_split(MovieReviews(), cache, split_seed=0)[0] == splits  # the cached copy is what was computed
+    assert load_split(MovieReviews(), cache, split_seed=1)[0]["test"] != splits["test"]
 
 
 @pytest.mark.parametrize("ext", ["tsv", "csv", "jsonl"])
@@ -108,7 +110,7 @@ def test_user_file_with_a_wrong_field_gives_a_clear_error(tmp_path):
     path = tmp_path / "x.tsv"
     path.write_text("text\tlabel\nfine\tpos\n")
     dm = LabelledFilesDataModule(str(path), label_field="sentiment", cache_dir=str(tmp_path))
-    with pytest.raises(DataError, match="no sentiment field"):
+    with pytest.raises(DataError, match="header line has no .sentiment. column"):
         dm.setup()
 
 

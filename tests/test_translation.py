@@ -184,8 +184,8 @@ def test_ding_pairs_keep_first_alternative_strip_annotations_and_dedupe():
     ]
 
 
-def write_pairs(path, n: int, fmt: str) -> list[tuple[str, str]]:
-    pairs = [(f"quelle nummer {i} hier.", f"target number {i} here.") for i in range(n)]
+def write_pairs(path, n: int, fmt: str, start: int = 0) -> list[tuple[str, str]]:
+    pairs = [(f"quelle nummer {i} hier.", f"target number {i} here.") for i in range(start, start + n)]
     with open(path, "w") as f:
         for s, t in pairs:
             f.write(json.dumps({"de": s, "en": t}) + "\n" if fmt == "jsonl" else f"{s}\t{t}\n")
@@ -251,20 +251,20 @@ def test_token_budget_batches_are_bucketed_seeded_and_cover_every_pair_once(tmp_
 
 def test_user_valid_file_is_used_instead_of_a_split(tmp_path):
     write_pairs(tmp_path / "train.tsv", 50, "tsv")
-    valid = write_pairs(tmp_path / "valid.tsv", 5, "tsv")
+    valid = write_pairs(tmp_path / "valid.tsv", 5, "tsv", start=50)  # pairs train does not hold (see test_data_files)
     dm = user_datamodule(tmp_path, train_file=str(tmp_path / "train.tsv"), valid_file=str(tmp_path / "valid.tsv"))
     assert dm.datasets["valid"].pairs == valid
     assert len(dm.datasets["train"]) == 40 and len(dm.datasets["test"]) == 10
 
 
 @pytest.mark.parametrize("content,message", [
-    ('{"src": "a", "tgt": "b"}\n', "has no fields"),
-    ("only one column\n", "has no columns"),
+    ('{"src": "a", "tgt": "b"}\n', "has no fields 'source' / 'target'"),
+    ("only one column\n", "has 1 tab-separated columns, too few for data.source_column / target_column"),
 ], ids=["jsonl-missing-field", "tsv-one-column"])
 def test_malformed_user_pairs_name_the_line_and_the_fix(tmp_path, content, message):
     path = tmp_path / ("bad.jsonl" if content.startswith("{") else "bad.tsv")
     path.write_text(content)
-    with pytest.raises(DataError, match=f"{path.name}:1 {message}"):
+    with pytest.raises(DataError, match=f"{path.name}:1: {message}"):
         user_datamodule(tmp_path, train_file=str(path))
 
 

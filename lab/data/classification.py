@@ -2,11 +2,8 @@
 split, and the datamodule that serves [CLS] sentence [SEP] batches with dynamic padding and length bucketing."""
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +13,21 @@ import torch
 from torch.utils.data import DataLoader
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
+from lab.data.cache import write_once
 from lab.data.corpora import Documents
+from lab.data.reading import (
+    DataReport,
+    FileFormat,
+    bad_line,
+    check_file,
+    drop_overlap,
+    label_counts,
+    label_of,
+    label_order,
+    read_jsonl,
+    read_table,
+    text_of,
+)
 from lab.data.sources import PyPISdist, extract_once
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
@@ -24,7 +35,7 @@ from lab.errors import DataError
 VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPLITS = ("train", "val", "test")
-Example = tuple[str, str]  # (text, label)
+Example = tuple[str, str, str]  # (text, label, "file:line" it came from)
 
 
 def encode_sentence(tokenizer, text: str, max_length: int) -> list[int]:
@@ -39,14 +50,16 @@ class MovieReviews:
     the 37 sentences rated exactly 0 are dropped (10,568 remain)."""
 
     fingerprint = f"{VADER.name}|movieReviewSnippets"
+    eval_overlap = "drop"
 
-    def load(self, cache_dir: str | Path) -> dict[str, list[Example]]:
+    def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Example]]:
         inner = VADER.fetch(cache_dir) / VADER.name / "additional_resources" / "hutto_ICWSM_2014.tar.gz"
         if not inner.is_file():
             raise DataError(f"{inner} is missing from the {VADER.name} sdist; delete {inner.parents[2]} and run again")
         path = extract_once(inner, inner.parent / "hutto_ICWSM_2014") / "hutto_ICWSM_2014" / "movieReviewSnippets_GroundTruth.txt"
         rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             parts = line.split("\t")
@@ -54,54 +67,79 @@ class MovieReviews:
                 raise DataError(f"{path}:{n} is not 'id<TAB>rating<TAB>sentence'; delete {inner.parents[2]} and run again")
             rating = float(parts[1])
             if rating != 0:
-                rows.append((parts[2].strip(), "positive" if rating > 0 else "negative"))
+                rows.append((parts[2].strip(), "positive" if rating > 0 else "negative", f"{path.name}:{n}"))
+            else:
+                report.note("dropped", "all", "sentences rated exactly 0 (no sentiment sign)", f"{path.name}:{n}")
+        report.file("all", path, lines=len(lines), rows=len(rows))
         return {"all": rows}
 
 
+FILE_FIELDS = {"all": "train_file", "val": "valid_file", "test": "test_file"}
+
+
 class LabelledFiles:
-    """The user's own labelled text: tsv / csv (with a header row) or jsonl, chosen by file extension.
-    valid_file / test_file are optional; missing splits are cut from train_file (stratified, seeded)."""
+    """The user's own labelled text: tsv / csv (with a header row naming text_field and label_field) or jsonl
+    (one object a line), chosen by file extension; read as lab.data.reading says (encoding, quoting, bad_lines,
+    eval_overlap: see FileFormat). valid_file / test_file are optional; missing splits are cut from train_file
+    (stratified, seeded). Labels: stripped strings, numbers normalised (label_of)."""
 
     def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
-                 text_field: str = "text", label_field: str = "label"):
+                 text_field: str = "text", label_field: str = "label", encoding: str = "utf-8",
+                 encoding_errors: str = "strict", quoting: str = "none", bad_lines: str = "error",
+                 eval_overlap: str = "drop", prefix: str = "data.source."):
         self.files = {"all": train_file, "val": valid_file, "test": test_file}
-        self.text_field, self.label_field = text_field, label_field
+        self.text_field, self.label_field, self.prefix = text_field, label_field, prefix
+        self.format = FileFormat(encoding, encoding_errors, quoting, True, bad_lines, eval_overlap, prefix)
+        self.eval_overlap = eval_overlap
 
-    def _read(self, file: str) -> list[Example]:
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise DataError(f"data file {path} does not exist; set data.train_file (and optional valid_file/test_file)")
+    def _read(self, file: str, split: str, report: DataReport) -> list[Example]:
+        path, fmt, field = check_file(file, self.prefix + FILE_FIELDS[split]), self.format, FILE_FIELDS[split]
+        fields = (self.text_field, self.label_field)
         suffix = path.suffix.lower()
-        try:
-            with open(path, encoding="utf-8", newline="") as f:
-                if suffix == ".jsonl":
-                    records = [json.loads(line) for line in f if line.strip()]
-                elif suffix in (".tsv", ".csv"):
-                    records = list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ","))
-                else:
-                    raise DataError(f"{path}: unsupported extension {suffix!r}; use .tsv, .csv (with a header) or .jsonl")
-        except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
-            raise DataError(f"cannot parse {path}: {e}") from e
-        out = []
-        for n, r in enumerate(records, 1):
-            missing = [k for k in (self.text_field, self.label_field) if r.get(k) in (None, "")]
+        if suffix == ".jsonl":
+            records = read_jsonl(path, fmt, field, report)
+        elif suffix in (".tsv", ".csv"):
+            head, rows = read_table(path, fmt, field, report, names=fields, header=True)
+            missing = [f for f in fields if f not in head]
             if missing:
-                raise DataError(f"{path} record {n} has no {' / '.join(missing)} field (fields: {', '.join(r)}); "
-                                f"set data.text_field / data.label_field")
-            out.append((str(r[self.text_field]), str(r[self.label_field])))
+                raise DataError(f"{path}: the header line has no {' / '.join(repr(f) for f in missing)} column (columns: "
+                                f"{', '.join(repr(c) for c in head)}); set {self.prefix}text_field / {self.prefix}label_field")
+            records = [(n, dict(zip(head, cells))) for n, cells in rows]
+        else:
+            raise DataError(f"{path}: unsupported extension {suffix!r}; use .tsv, .csv (with a header) or .jsonl")
+        out = []
+        for n, r in records:
+            where = f"{path.name}:{n}"
+            absent = [f for f in fields if f not in r]
+            if absent:
+                bad_line(fmt, report, field, path, n, "records without the text or label field",
+                         f"has no {' / '.join(repr(f) for f in absent)} field (fields: {', '.join(map(repr, r))}); "
+                         f"set {self.prefix}text_field / {self.prefix}label_field if they are named otherwise")
+                continue
+            text, label = text_of(r[self.text_field]), label_of(r[self.label_field])
+            if text is None or not text.strip():
+                bad_line(fmt, report, field, path, n, "rows with an empty text", f"has an empty {self.text_field!r} field")
+                continue
+            if label is None:
+                bad_line(fmt, report, field, path, n, "rows with an empty label", f"has an empty {self.label_field!r} field")
+                continue
+            if label != text_of(r[self.label_field]):
+                report.note("changed", field, "labels normalised (whitespace stripped, numbers as 1 / 0.5)", where)
+            out.append((text, label, where))
         if not out:
-            raise DataError(f"{path} holds no records")
+            raise DataError(f"{path}: no usable rows are left ({report.summary('dropped', field)})")
+        report.file_facts(path, rows=len(out))
         return out
 
     @property
     def fingerprint(self) -> str:
-        h = hashlib.sha256(f"{self.text_field}|{self.label_field}".encode())
+        h = hashlib.sha256(f"{self.text_field}|{self.label_field}|{self.format.key}".encode())
         for name, file in self.files.items():
-            h.update(f"|{name}=".encode() + (Path(file).expanduser().read_bytes() if file else b""))
+            h.update(f"|{name}=".encode() + (check_file(file, self.prefix + FILE_FIELDS[name]).read_bytes() if file else b""))
         return h.hexdigest()[:16]
 
-    def load(self, cache_dir: str | Path) -> dict[str, list[Example]]:
-        return {k: self._read(f) for k, f in self.files.items() if f}
+    def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Example]]:
+        return {k: self._read(f, k, report) for k, f in self.files.items() if f}
 
 
 def stratified_split(labels: list[str], fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
@@ -121,30 +159,35 @@ def stratified_split(labels: list[str], fractions: dict[str, float], seed: int) 
     return {k: sorted(v) for k, v in out.items()}
 
 
-def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0.1, 0.1)) -> dict[str, list[Example]]:
-    """train/val/test examples; splits the source lacks are cut from its pool ("all") by a seeded stratified
-    split, written once to the cache so every run (and the MLM corpus) sees exactly the same split."""
+def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0.1, 0.1)) -> tuple[dict[str, list[Example]], DataReport]:
+    """train/val/test examples (text, label, "file:line") and the report of how they were read and split.
+    Splits the source lacks are cut from its pool ("all") by a seeded stratified split; evaluation rows whose
+    text occurs in an earlier split are dropped (reading.drop_overlap). Written once to the cache so every
+    run (and the MLM corpus) sees exactly the same split."""
     cache_dir = Path(cache_dir).expanduser()
-    key = hashlib.sha256(f"{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"v2|{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]
     path = cache_dir / "classification" / key / "split.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    given = source.load(cache_dir)
-    pool = given.pop("all")
-    missing = [s for s in SPLITS if s != "train" and s not in given]
-    wanted = {"train": fractions[0], **{s: fractions[SPLITS.index(s)] for s in missing}}
-    total = sum(wanted.values())
-    idx = stratified_split([y for _, y in pool], {k: v / total for k, v in wanted.items()}, split_seed)
-    splits = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
-    for name in SPLITS:
-        if not splits[name]:
-            raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(splits, f)
-    os.replace(tmp, path)  # atomic: parallel runs never read half a split
-    return splits
+    if not path.exists():
+        report = DataReport("classification")
+        given = source.load(cache_dir, report)
+        pool = given.pop("all")
+        missing = [s for s in SPLITS if s != "train" and s not in given]
+        wanted = {"train": fractions[0], **{s: fractions[SPLITS.index(s)] for s in missing}}
+        total = sum(wanted.values())
+        idx = stratified_split([y for _, y, _ in pool], {k: v / total for k, v in wanted.items()}, split_seed)
+        cut = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
+        for name in SPLITS:
+            if not cut[name]:
+                raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
+        splits = drop_overlap(cut, lambda row: row[0], source.eval_overlap, report, getattr(source, "prefix", "data."),
+                              order=SPLITS, where=lambda row: row[2], what="text")
+        for name in SPLITS:
+            if not splits[name]:
+                raise DataError(f"nothing is left of the {name} split: all {len(cut[name])} of its rows also occur in an "
+                                "earlier split; give held-out rows that differ from the training data")
+        write_once(path, json.dumps({"splits": splits, "report": report.to_dict()}, ensure_ascii=False))
+    cached = json.loads(path.read_text(encoding="utf-8"))
+    return {k: [tuple(r) for r in v] for k, v in cached["splits"].items()}, DataReport.from_dict(cached["report"])
 
 
 class LabelledTextCorpus:
@@ -155,10 +198,10 @@ class LabelledTextCorpus:
         self.source, self.split_seed = source, split_seed
 
     def load(self, cache_dir: str | Path) -> Documents:
-        splits = load_split(self.source, cache_dir, self.split_seed)
-        docs = lambda s: [(f"{s}{i}", t) for i, (t, _) in enumerate(splits[s])]  # noqa: E731
+        splits, report = load_split(self.source, cache_dir, self.split_seed)
+        docs = lambda s: [(f"{s}{i}", t) for i, (t, _, _) in enumerate(splits[s])]  # noqa: E731
         key = f"{self.source.fingerprint}|split={self.split_seed}"
-        return Documents(docs("train"), docs("val"), hashlib.sha256(key.encode()).hexdigest()[:16])
+        return Documents(docs("train"), docs("val"), hashlib.sha256(key.encode()).hexdigest()[:16], report)
 
 
 def tokenizer_from_checkpoint(path: str):
@@ -174,7 +217,7 @@ def tokenizer_from_checkpoint(path: str):
 
 class TextClassificationDataModule(L.LightningDataModule):
     """Fields:
-    source: MovieReviews or LabelledFiles (or any object with load(cache_dir) and fingerprint).
+    source: MovieReviews or LabelledFiles (or any object with load(cache_dir, report), fingerprint, eval_overlap).
     tokenizer: wordpiece (trained on the train split, cached) | bpe | char; vocab_size for wordpiece/bpe.
     tokenizer_from: a lab checkpoint whose tokenizer to use instead (fine-tuning a pretrained encoder).
     max_length: tokens per sentence including [CLS] and [SEP]. batch_size: GLOBAL sentences per step.
@@ -198,32 +241,42 @@ class TextClassificationDataModule(L.LightningDataModule):
         self._load()
 
     def _load(self):
-        splits = load_split(self.source, self.cache_dir, self.split_seed)
+        splits, report = load_split(self.source, self.cache_dir, self.split_seed)
         if self.tokenizer_from:
             tok = tokenizer_from_checkpoint(self.tokenizer_from)
         else:
             key = hashlib.sha256(f"{self.source.fingerprint}|{self.split_seed}|{self.tokenizer_kind}|{self.vocab_size_setting}".encode())
             path = self.cache_dir / "classification" / "tokenizers" / f"{key.hexdigest()[:16]}.json"
-            tok = load_or_train(path, self.tokenizer_kind, [t for t, _ in splits["train"]], BERT_SPECIALS, self.vocab_size_setting)
+            tok = load_or_train(path, self.tokenizer_kind, [t for t, _, _ in splits["train"]], BERT_SPECIALS, self.vocab_size_setting)
         missing = [s for s in BERT_SPECIALS if tok.token_id(s) is None]
         if missing:
             raise DataError(f"the tokenizer lacks the special token(s) {missing}; train it with {BERT_SPECIALS}")
-        return splits, tok
+        return splits, tok, report
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None:
             return
-        splits, self.tokenizer = self._load()
-        self.labels = sorted({y for _, y in splits["train"]})
+        splits, tok, report = self._load()
+        self.labels = label_order(y for _, y, _ in splits["train"])
+        if len(self.labels) < 2:
+            raise DataError(f"the training data has a single label {self.labels[0]!r} ({len(splits['train'])} rows): a "
+                            "classifier needs at least two classes; check data.label_field and the label column")
         index = {y: i for i, y in enumerate(self.labels)}
         for name in SPLITS:
-            unknown = sorted({y for _, y in splits[name]} - set(index))
+            unknown = [(y, w) for _, y, w in splits[name] if y not in index]
             if unknown:
-                raise DataError(f"the {name} split has label(s) {unknown} that never occur in training data")
-            texts = [t for t, _ in splits[name]]
-            self.encoded[name] = ([encode_sentence(self.tokenizer, t, self.max_length) for t in texts],
-                                  [index[y] for _, y in splits[name]])
-        self.pad_id = self.tokenizer.token_id("[PAD]")
+                raise DataError(f"the {name} split has label(s) {label_order(y for y, _ in unknown)} that never occur in "
+                                f"the training data (first at {unknown[0][1]})")
+            ids = [encode_sentence(tok, t, self.max_length) for t, _, _ in splits[name]]
+            for (t, _, where), x in zip(splits[name], ids):  # only a full-length one can have been cut
+                if len(x) == self.max_length and len(tok.encode(t)) > self.max_length - 2:
+                    report.note("truncated", name, f"texts longer than data.max_length={self.max_length} tokens (cut)", where)
+            self.encoded[name] = (ids, [index[y] for _, y, _ in splits[name]])
+            report.split(name, rows=len(ids), characters=sum(len(t) for t, _, _ in splits[name]),
+                         labels=label_counts(y for _, y, _ in splits[name]))
+        self.tokenizer, self.pad_id = tok, tok.token_id("[PAD]")
+        self.report = report.to_dict()
+        report.log()
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -264,5 +317,8 @@ class LabelledFilesDataModule(TextClassificationDataModule):
     config (data.train_file=x.tsv data.text_field=review ...); see LabelledFiles."""
 
     def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
-                 text_field: str = "text", label_field: str = "label", **kwargs):
-        super().__init__(LabelledFiles(train_file, valid_file, test_file, text_field, label_field), **kwargs)
+                 text_field: str = "text", label_field: str = "label", encoding: str = "utf-8",
+                 encoding_errors: str = "strict", quoting: str = "none", bad_lines: str = "error",
+                 eval_overlap: str = "drop", **kwargs):
+        super().__init__(LabelledFiles(train_file, valid_file, test_file, text_field, label_field, encoding, encoding_errors,
+                                       quoting, bad_lines, eval_overlap, prefix="data."), **kwargs)

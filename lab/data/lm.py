@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
+from lab.data.cache import publish_dir
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
 
@@ -94,18 +94,26 @@ class LMDataModule(L.LightningDataModule):
             meta[f"{split}_bytes"] = sum(len(t.encode("utf-8")) + 1 for _, t in split_docs)
         meta["dtype"] = np.dtype(dtype).name
         (tmp / "meta.json").write_text(json.dumps(meta))
-        try:
-            tmp.rename(out)
-        except OSError:  # a concurrent run (DDP rank, sweep job) finished first: use its copy
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:
             return
-        out, _ = self._prepared_dir()
+        out, docs = self._prepared_dir()
         if not (out / "meta.json").exists():
             self.prepare_data()
         self.meta = json.loads((out / "meta.json").read_text())
+        report = docs.report
+        for split, split_docs in (("train", docs.train), ("val", docs.val)):
+            report.split(split, documents=len(split_docs), characters=sum(len(t) for _, t in split_docs),
+                         tokens=self.meta[f"{split}_tokens"])
+            if self.meta[f"{split}_tokens"] <= self.block_size + 1:
+                names = ", ".join(n for n, _ in split_docs[:5]) + (", ..." if len(split_docs) > 5 else "")
+                raise DataError(f"the {split} split ({names}) is {self.meta[f'{split}_tokens']} "
+                                f"tokens, too few for windows of data.block_size={self.block_size}; give more text or a "
+                                "smaller block_size")
+        self.report = report.to_dict()
+        report.log()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         self.train_tokens = np.memmap(out / "train.bin", dtype=self.meta["dtype"], mode="r")
         self.val_tokens = np.memmap(out / "val.bin", dtype=self.meta["dtype"], mode="r")

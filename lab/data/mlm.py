@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import Documents
+from lab.data.reading import DataReport
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -71,15 +72,18 @@ class Indexed(torch.utils.data.Dataset):
         return i, self.segments[i]
 
 
-def segments_of(docs: list[tuple[str, str]], tok, max_length: int) -> list[list[int]]:
+def segments_of(docs: list[tuple[str, str]], tok, max_length: int, truncated: list[str] | None = None) -> list[list[int]]:
     """Each document's lines packed greedily into [CLS] ... [SEP] segments of at most max_length tokens;
-    a line longer than a segment is truncated. Short texts (one sentence) stay one segment each."""
+    a line longer than a segment is truncated (its "document:line" appended to `truncated`). Short texts
+    (one sentence) stay one segment each."""
     cls, sep, room = tok.token_id("[CLS]"), tok.token_id("[SEP]"), max_length - 2
     out = []
-    for _, text in docs:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for name, text in docs:
+        lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
         current: list[int] = []
-        for ids in tok.encode_batch(lines):
+        for (n, _), ids in zip(lines, tok.encode_batch([ln for _, ln in lines])):
+            if len(ids) > room and truncated is not None:
+                truncated.append(f"{name}:{n}")
             ids = ids[:room]
             if current and len(current) + len(ids) > room:
                 out.append([cls, *current, sep])
@@ -115,8 +119,11 @@ class MLMDataModule(L.LightningDataModule):
     def _documents(self) -> Documents:
         loaded = [c.load(self.cache_dir) for c in self.corpora]
         key = "|".join(d.fingerprint for d in loaded)
+        report = DataReport("mlm")
+        for d in loaded:
+            report.merge(d.report)
         return Documents([x for d in loaded for x in d.train], [x for d in loaded for x in d.val],
-                         hashlib.sha256(key.encode()).hexdigest()[:16])
+                         hashlib.sha256(key.encode()).hexdigest()[:16], report)
 
     def _tokenizer(self, docs: Documents):
         key = hashlib.sha256(f"{docs.fingerprint}|wordpiece|{self.vocab_size_setting}".encode()).hexdigest()[:16]
@@ -131,11 +138,17 @@ class MLMDataModule(L.LightningDataModule):
             return
         docs = self._documents()
         self.tokenizer = tok = self._tokenizer(docs)
-        self.segments = {"train": segments_of(docs.train, tok, self.max_length),
-                         "val": segments_of(docs.val, tok, self.max_length)}
-        for split, segs in self.segments.items():
+        self.segments, report = {}, docs.report
+        for split, split_docs in (("train", docs.train), ("val", docs.val)):
+            truncated: list[str] = []
+            self.segments[split] = segs = segments_of(split_docs, tok, self.max_length, truncated)
             if not segs:
                 raise DataError(f"the MLM {split} text is empty; check data.corpora")
+            report.split(split, documents=len(split_docs), characters=sum(len(t) for _, t in split_docs), segments=len(segs))
+            for where in truncated:
+                report.note("truncated", split, f"lines longer than data.max_length={self.max_length} tokens (cut)", where)
+        self.report = report.to_dict()
+        report.log()
 
     @property
     def vocab(self) -> dict[str, int]:

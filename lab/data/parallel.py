@@ -10,7 +10,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,6 +18,18 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
+from lab.data.cache import publish_dir
+from lab.data.reading import (
+    OVERLAP,
+    DataReport,
+    FileFormat,
+    bad_line,
+    check_file,
+    drop_overlap,
+    read_jsonl,
+    read_table,
+    text_of,
+)
 from lab.data.sources import DebianPackage
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
@@ -30,7 +41,7 @@ TRANS_DE_EN = DebianPackage(
     "trans-de-en", "1.9-6", "usr/share/trans/de-en", "34052c6021d09eadfee7a893a789204265954df70fe9c36d38fa00058d79d326"
 )
 
-Pair = tuple[str, str]
+Pair = tuple[str, str, str]  # (source, target, "file:line" it came from)
 _ANNOTATION = re.compile(r"\s*(\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\))")  # {m}, [coll.], (something); innermost first
 SENTENCE_END = (".", "!", "?")
 
@@ -72,51 +83,69 @@ class Ding:
 
     name = "ding-de-en"
 
-    def load(self, cache_dir: str | Path) -> dict[str, list[Pair]]:
+    def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         path = TRANS_DE_EN.fetch(cache_dir) / TRANS_DE_EN.member
         with open(path, encoding="utf-8") as f:
-            return {"train": ding_pairs(f)}
+            pairs = ding_pairs(f)
+        report.file("train", path, pairs=len(pairs))
+        return {"train": [(s, t, f"{self.name}#{i}") for i, (s, t) in enumerate(pairs)]}
 
 
 class ParallelFiles:
-    """The user's own pairs: .tsv (source and target columns) or .jsonl (one object per line, field names).
-    valid_file / test_file are optional; without them the datamodule holds out a seeded split of train."""
+    """The user's own pairs: .tsv (source and target columns; no quote processing) or .jsonl (one object per
+    line, field names), read as lab.data.reading says (FileFormat: encoding, quoting, header, bad_lines).
+    Both sides are whitespace-stripped; a pair with an empty side is a bad line. valid_file / test_file are
+    optional; without them the datamodule holds out a seeded split of train."""
 
     name = "files"
 
     def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
-                 source_column: int = 0, target_column: int = 1, source_field: str = "source", target_field: str = "target"):
+                 source_column: int = 0, target_column: int = 1, source_field: str = "source", target_field: str = "target",
+                 header: bool | None = None, encoding: str = "utf-8", encoding_errors: str = "strict",
+                 quoting: str = "none", bad_lines: str = "error", prefix: str = "data.corpus."):
         self.files = {"train": train_file, "valid": valid_file, "test": test_file}
-        self.columns, self.fields = (source_column, target_column), (source_field, target_field)
+        self.columns, self.fields, self.prefix = (source_column, target_column), (source_field, target_field), prefix
+        self.format = FileFormat(encoding, encoding_errors, quoting, header, bad_lines, prefix=prefix)
 
-    def _read(self, file: str, split: str) -> list[Pair]:
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise DataError(f"data.corpus.{split}_file={file!r} does not exist; give a .tsv or .jsonl file of pairs")
-        pairs = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
+    def _read(self, file: str, split: str, report: DataReport) -> list[Pair]:
+        path, fmt, field = check_file(file, f"{self.prefix}{split}_file"), self.format, f"{split}_file"
+        suffix = path.suffix.lower()
+        if suffix == ".jsonl":
+            records = []
+            for n, obj in read_jsonl(path, fmt, field, report):
+                absent = [f for f in self.fields if f not in obj]
+                if absent:
+                    bad_line(fmt, report, field, path, n, "lines without the source or target field",
+                             f"has no fields {' / '.join(map(repr, absent))} (fields: {', '.join(map(repr, obj))}); set "
+                             f"{self.prefix}source_field / target_field if they are named otherwise")
                     continue
-                try:
-                    if path.suffix == ".jsonl":
-                        row = json.loads(line)
-                        pairs.append((str(row[self.fields[0]]).strip(), str(row[self.fields[1]]).strip()))
-                    elif path.suffix in (".tsv", ".txt"):
-                        cols = line.rstrip("\n").split("\t")
-                        pairs.append((cols[self.columns[0]].strip(), cols[self.columns[1]].strip()))
-                    else:
-                        raise DataError(f"{path}: unknown format {path.suffix!r}; use .tsv (tab-separated) or .jsonl")
-                except (KeyError, IndexError, json.JSONDecodeError) as e:
-                    what = f"fields {self.fields}" if path.suffix == ".jsonl" else f"columns {self.columns}"
-                    raise DataError(f"{path}:{n} has no {what} ({type(e).__name__}: {e}); fix the line or set "
-                                    f"data.corpus.source_field/target_field (jsonl) or source_column/target_column (tsv)") from e
+                records.append((n, [obj[f] for f in self.fields]))
+        elif suffix in (".tsv", ".txt"):
+            _, rows = read_table(path, fmt, field, report, names=self.fields, header=fmt.header)
+            need = max(self.columns) + 1
+            if rows and len(rows[0][1]) < need:
+                raise DataError(f"{path}:{rows[0][0]}: has {len(rows[0][1])} tab-separated columns, too few for "
+                                f"{self.prefix}source_column / target_column = {self.columns}; set them, or separate "
+                                "source and target by a tab")
+            records = [(n, [cells[c] for c in self.columns]) for n, cells in rows]
+        else:
+            raise DataError(f"{path}: unknown format {suffix!r}; use .tsv (tab-separated) or .jsonl")
+        pairs = []
+        for n, (source, target) in records:
+            s, t = text_of(source), text_of(target)
+            if s is None or t is None or not s.strip() or not t.strip():
+                side = "source" if s is None or not s.strip() else "target"
+                bad_line(fmt, report, field, path, n, "pairs with an empty or non-text side",
+                         f"has an empty or non-text {side} ({json.dumps(source if side == 'source' else target)[:40]})")
+                continue
+            pairs.append((s.strip(), t.strip(), f"{path.name}:{n}"))
         if not pairs:
-            raise DataError(f"{path} holds no pairs")
+            raise DataError(f"{path}: no usable pairs are left ({report.summary('dropped', field)})")
+        report.file_facts(path, pairs=len(pairs))
         return pairs
 
-    def load(self, cache_dir: str | Path) -> dict[str, list[Pair]]:
-        return {split: self._read(f, split) for split, f in self.files.items() if f}
+    def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
+        return {split: self._read(f, split, report) for split, f in self.files.items() if f}
 
 
 class PairDataset(Dataset):
@@ -132,12 +161,13 @@ class PairDataset(Dataset):
 
 class ParallelDataModule(L.LightningDataModule):
     """Fields:
-    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir) -> {split: [(source, target)]}`).
+    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`).
     reverse: translate target -> source (English -> German on Ding).
     valid_size / test_size: pairs held out of train (seeded) for splits the corpus does not provide.
     vocab_size: joint byte-level BPE over both languages of the training split.
     max_tokens: training pairs longer than this on either side (with bos/eos) are dropped; held-out sources
-    are truncated to it, references are never touched.
+    are truncated to it, references are never touched (both counted in the data report).
+    eval_overlap: drop | error: valid/test pairs whose source occurs in train (test: or in valid).
     batch_size: GLOBAL sentence pairs per optimizer step (per device: batch_size / (devices * accumulation)).
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
@@ -146,8 +176,12 @@ class ParallelDataModule(L.LightningDataModule):
 
     def __init__(self, corpus, reverse: bool = False, valid_size: int = 1000, test_size: int = 1000,
                  vocab_size: int = 8000, max_tokens: int = 128, batch_size: int = 64, eval_batch_size: int = 100,
-                 batch_tokens: int | None = None, cache_dir: str = "~/.cache/lab", seed: int = 1337, num_workers: int = 0):
+                 batch_tokens: int | None = None, eval_overlap: str = "drop", cache_dir: str = "~/.cache/lab",
+                 seed: int = 1337, num_workers: int = 0):
         super().__init__()
+        if eval_overlap not in OVERLAP:
+            raise DataError(f"data.eval_overlap={eval_overlap!r} is not valid; choose one of {', '.join(OVERLAP)}")
+        self.eval_overlap = eval_overlap
         self.corpus, self.reverse = corpus, reverse
         self.valid_size, self.test_size, self.vocab_size_setting = valid_size, test_size, vocab_size
         self.max_tokens, self.batch_size, self.eval_batch_size = max_tokens, batch_size, eval_batch_size
@@ -159,7 +193,7 @@ class ParallelDataModule(L.LightningDataModule):
         self.tokenizer = None
         self.datasets: dict[str, PairDataset] = {}
 
-    def _split(self, loaded: dict[str, list[Pair]]) -> dict[str, list[Pair]]:
+    def _split(self, loaded: dict[str, list[Pair]], report: DataReport) -> dict[str, list[Pair]]:
         train = list(loaded["train"])
         order = list(range(len(train)))
         random.Random(self.seed).shuffle(order)
@@ -171,62 +205,87 @@ class ParallelDataModule(L.LightningDataModule):
                 splits[split] = [train[i] for i in order[taken : taken + size]]
                 taken += size
         if len(train) - taken < max(taken, 1):
+            files = getattr(self.corpus, "prefix", "data.corpus.")  # where the file fields live in the config
             raise DataError(f"{len(train)} training pairs is too few to hold out {taken} for valid/test; give "
-                            "data.corpus.valid_file/test_file or lower data.valid_size/test_size")
+                            f"{files}valid_file / test_file or lower data.valid_size/test_size")
         held = set(order[:taken])
         splits["train"] = [p for i, p in enumerate(train) if i not in held]
         if self.reverse:
-            splits = {k: [(t, s) for s, t in v] for k, v in splits.items()}
-        return splits
+            splits = {k: [(t, s, w) for s, t, w in v] for k, v in splits.items()}
+        kept = drop_overlap(splits, lambda p: p[0], self.eval_overlap, report, order=("train", "valid", "test"),
+                            where=lambda p: p[2], unit="pair", what="source")
+        for split in ("valid", "test"):
+            if not kept[split]:
+                raise DataError(f"nothing is left of the {split} split: all {len(splits[split])} of its pairs have a source "
+                                "that occurs in an earlier split; give held-out pairs that differ from the training data")
+        return kept
 
-    def _prepared_dir(self) -> Path:
-        loaded = self.corpus.load(self.cache_dir)
-        h = hashlib.sha256(f"{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}".encode())
+    def _prepared_dir(self, report: DataReport) -> Path:
+        loaded = self.corpus.load(self.cache_dir, report)
+        key = f"v2|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|{self.eval_overlap}"
+        h = hashlib.sha256(key.encode())
         for split in sorted(loaded):
-            for s, t in loaded[split]:
-                h.update(f"{split}\0{s}\0{t}\0".encode())
+            for s, t, w in loaded[split]:
+                h.update(f"{split}\0{s}\0{t}\0{w}\0".encode())
         self._loaded = loaded
         return self.cache_dir / "parallel" / h.hexdigest()[:16]
 
     def prepare_data(self) -> None:
-        out = self._prepared_dir()
+        report = DataReport("translation")
+        out = self._prepared_dir(report)
         if (out / "splits.json").exists():
             return
-        splits = self._split(self._loaded)
+        splits = self._split(self._loaded, report)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        texts = (text for pair in splits["train"] for text in pair)
+        texts = (text for s, t, _ in splits["train"] for text in (s, t))
         load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
-        (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))
-        try:
-            tmp.rename(out)
-        except OSError:  # a concurrent run (DDP rank, sweep job) finished first: use its copy
-            shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
+        (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))  # written last: marks it complete
+        publish_dir(tmp, out, "splits.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
-        out = self._prepared_dir()
+        out = self._prepared_dir(DataReport())
         if not (out / "splits.json").exists():
             self.prepare_data()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         if [self.tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
             raise DataError(f"cached tokenizer {out / 'tokenizer.json'} lacks the pad/bos/eos specials; delete {out}")
-        splits = json.loads((out / "splits.json").read_text())
-        for split, pairs in splits.items():
-            pairs = [tuple(p) for p in pairs]
+        splits = json.loads((out / "splits.json").read_text(encoding="utf-8"))
+        report = DataReport.from_dict(json.loads((out / "report.json").read_text(encoding="utf-8")))
+        n = self.max_tokens
+        for split, rows in splits.items():
+            pairs, where = [(s, t) for s, t, _ in rows], [w for _, _, w in rows]
             src = [ids + [2] for ids in self.tokenizer.encode_batch([s for s, _ in pairs])]
             tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([t for _, t in pairs])]
             if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
-                keep = [i for i in range(len(pairs)) if len(src[i]) <= self.max_tokens and len(tgt[i]) <= self.max_tokens + 1]
+                keep = [i for i in range(len(pairs)) if len(src[i]) <= n and len(tgt[i]) <= n + 1]
+                for i in sorted(set(range(len(pairs))) - set(keep)):
+                    report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where[i])
                 self.dropped_long = len(pairs) - len(keep)
+                if not keep:
+                    raise DataError(f"nothing is left to train on: all {len(pairs)} training pairs are longer than "
+                                    f"data.max_tokens={n} tokens; raise it (and model.max_seq_len)")
                 pairs, src, tgt = [pairs[i] for i in keep], [src[i] for i in keep], [tgt[i] for i in keep]
             else:
-                src = [s if len(s) <= self.max_tokens else s[: self.max_tokens - 1] + [2] for s in src]
-                tgt = [t[: self.max_tokens] + ([] if len(t) <= self.max_tokens else [2]) for t in tgt]
+                for i in range(len(pairs)):
+                    if len(src[i]) > n:
+                        report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
+                                    "reference is untouched)", where[i])
+                    if len(tgt[i]) > n:
+                        report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
+                                    "loss only (BLEU scores the whole reference)", where[i])
+                src = [s if len(s) <= n else s[: n - 1] + [2] for s in src]
+                tgt = [t[:n] + ([] if len(t) <= n else [2]) for t in tgt]
             self.datasets[split] = PairDataset(pairs, src, tgt)
+            report.split(split, pairs=len(pairs), source_characters=sum(len(s) for s, _ in pairs),
+                         target_characters=sum(len(t) for _, t in pairs))
+        self.report = report.to_dict()
+        report.log()
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -275,6 +334,8 @@ class ParallelTextDataModule(ParallelDataModule):
 
     def __init__(self, train_file: str, valid_file: str | None = None, test_file: str | None = None,
                  source_column: int = 0, target_column: int = 1, source_field: str = "source",
-                 target_field: str = "target", **settings):
-        files = ParallelFiles(train_file, valid_file, test_file, source_column, target_column, source_field, target_field)
+                 target_field: str = "target", header: bool | None = None, encoding: str = "utf-8",
+                 encoding_errors: str = "strict", quoting: str = "none", bad_lines: str = "error", **settings):
+        files = ParallelFiles(train_file, valid_file, test_file, source_column, target_column, source_field, target_field,
+                              header, encoding, encoding_errors, quoting, bad_lines, prefix="data.")
         super().__init__(corpus=files, **settings)

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.data.cache import publish_dir
 from lab.errors import DataError
 
 COMPLETE = ".complete"  # written last, so a half-extracted directory is never mistaken for a good one
@@ -45,10 +46,7 @@ def extract_once(archive: Path, target: Path) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         (tmp / COMPLETE).write_text(archive.name)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-    except FileExistsError:  # another process (a DDP rank, a parallel sweep job) won the race
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(tmp, target, COMPLETE)  # another process (a DDP rank, a sweep job) may win the race: use its copy
     except (tarfile.TarError, OSError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"cannot extract {archive}: {e}. Delete {archive.parent} and run again.") from e
@@ -156,8 +154,4 @@ class DebianPackage:
             shutil.rmtree(tmp, ignore_errors=True)
             raise DataError(f"dpkg -x {deb} failed ({result.stderr.strip()}); the .deb is damaged: delete {deb} and run again.")
         (tmp / COMPLETE).write_text(deb.name)
-        try:
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
-        except OSError:  # another process (a DDP rank, a sweep job) unpacked it first
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(tmp, target, COMPLETE)  # another process (a DDP rank, a sweep job) may win the race: use its copy

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from lab.data.cache import write_once
 from lab.errors import DataError
 
 KINDS = ("char", "bpe", "wordpiece")
@@ -129,8 +130,4 @@ def load_or_train(path: Path, kind: str, texts: Iterator[str] | Iterable[str], s
         except (ValueError, KeyError, Exception) as e:
             raise DataError(f"cached tokenizer {path} is unreadable ({e}); delete it and run again") from e
     tok = train_tokenizer(kind, texts, special_tokens, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(tok.to_json())
-    tmp.rename(path)
-    return tok
+    return tokenizer_from_json(write_once(path, tok.to_json()))  # a racer that published first wins

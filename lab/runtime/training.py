@@ -1,6 +1,7 @@
 """One training run: data, model and task from the config, fit, test; the heart of `python -m lab.train`."""
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -60,6 +61,9 @@ def train(cfg: DictConfig) -> float | None:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    data_report = getattr(datamodule, "report", {})  # what was read, dropped, truncated (lab.data.reading.DataReport)
+    if rank_zero_only.rank == 0:
+        (out_dir / "data_report.json").write_text(json.dumps(data_report, indent=1, ensure_ascii=False))
     model = build_model(cfg.model, datamodule.vocab)
     task = instantiate(cfg.task, model=model)
     task.lab_metadata = {
@@ -80,7 +84,7 @@ def train(cfg: DictConfig) -> float | None:
     shards_itself = getattr(datamodule, "shards_batches", False)
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself)
     for lg in loggers:
-        lg.log_hyperparams({**resolved, "params/total": counts["total"], "params/active": counts["active"]})
+        lg.log_hyperparams({**resolved, "data_report": data_report, "params/total": counts["total"], "params/active": counts["active"]})
 
     log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, out_dir)
     pin_child_processes_to_job()

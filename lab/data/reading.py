@@ -1,0 +1,350 @@
+"""Reading the user's files exactly as their formats say, and reporting what was done to them.
+
+Shared by every datamodule (LM text, labelled sentences, sentence pairs), so one rule holds for all:
+- decode(): strict UTF-8 by default (a file that is not is one error naming the byte offset), `encoding` /
+  `encoding_errors` when asked, a BOM stripped and said, binary files refused.
+- read_table(): .tsv split on tabs with no quote processing (quoting=csv to opt into CSV quotes), .csv via the
+  csv module; every row must have the header's (or the first row's) number of columns.
+- read_jsonl(): one JSON object a line; a bad line names its line in the file.
+  A bad line is an error naming file and line, or, with bad_lines=skip, skipped and counted.
+- label_of(): labels are strings, whitespace-stripped; numbers normalised (1 == 1.0 == "1.0") and ordered
+  numerically (label_order).
+- drop_overlap(): rows of an evaluation split that also occur in an earlier split are removed (or refused).
+- DataReport: files read, rows and characters per split, what was dropped / truncated / changed by reason
+  with counts and the first few line numbers, labels with counts. Logged once at setup and saved in the run
+  directory (data_report.json) and the loggers' config by lab.runtime.training.
+"""
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import DataError
+
+log = logging.getLogger("lab")
+FIRST = 5  # line numbers kept per reason
+BAD_LINES = ("error", "skip")
+OVERLAP = ("drop", "error")
+QUOTING = ("none", "csv")
+ERRORS = ("strict", "replace")
+NUL = b"\0"
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """How the user's files are read. prefix names the config node these fields live in (for error messages).
+    encoding: any Python codec (utf-8, latin-1, utf-16, cp1252, ...); encoding_errors: strict | replace.
+    quoting: .tsv only: none (tabs separate, quotes are text) | csv (CSV quoting with a tab delimiter).
+    header: .tsv/.csv first row: true | false | null (a header when it names the configured fields).
+    bad_lines: error | skip (a row with the wrong column count, an empty field or bad JSON: counted).
+    eval_overlap: drop | error: rows of val/test that also occur in train (or test rows in val)."""
+
+    encoding: str = "utf-8"
+    encoding_errors: str = "strict"
+    quoting: str = "none"
+    header: bool | None = None
+    bad_lines: str = "error"
+    eval_overlap: str = "drop"
+    prefix: str = "data."
+
+    def __post_init__(self):
+        for name, allowed in (("encoding_errors", ERRORS), ("quoting", QUOTING), ("bad_lines", BAD_LINES),
+                              ("eval_overlap", OVERLAP)):
+            if getattr(self, name) not in allowed:
+                raise DataError(f"{self.prefix}{name}={getattr(self, name)!r} is not valid; choose one of {', '.join(allowed)}")
+        try:
+            codecs.lookup(self.encoding)
+        except LookupError as e:
+            raise DataError(f"{self.prefix}encoding={self.encoding!r} is not a known text encoding; e.g. utf-8, latin-1, "
+                            "utf-16, cp1252") from e
+
+    @property
+    def key(self) -> str:  # goes into cache keys: other options, other data
+        return f"{self.encoding}|{self.encoding_errors}|{self.quoting}|{self.header}|{self.bad_lines}|{self.eval_overlap}"
+
+
+class DataReport:
+    """What a datamodule read and did, for the user: see the module docstring. to_dict()/from_dict() round-trip
+    through JSON so that a cached split carries the report of the run that made it."""
+
+    def __init__(self, task: str = ""):
+        self.task = task
+        self.files: list[dict] = []
+        self.splits: dict[str, dict] = {}
+        self.events: dict[tuple[str, str, str], dict] = {}  # (action, split, reason) -> {count, first}
+
+    def file(self, split: str, path: Path | str, **facts) -> None:
+        self.files.append({"split": split, "path": str(path), **facts})
+
+    def file_facts(self, path: Path | str, **facts) -> None:
+        """Add facts (e.g. rows kept) to the entry of a file already read."""
+        next(f for f in reversed(self.files) if f["path"] == str(path)).update(facts)
+
+    def note(self, action: str, split: str, reason: str, where: str | None = None, count: int = 1) -> None:
+        """action: dropped | truncated | changed | skipped; where: "file:line" of the row."""
+        e = self.events.setdefault((action, split, reason), {"count": 0, "first": []})
+        e["count"] += count
+        if where is not None and len(e["first"]) < FIRST:
+            e["first"].append(where)
+
+    def split(self, name: str, **facts) -> None:
+        self.splits.setdefault(name, {}).update(facts)
+
+    def count(self, action: str, split: str | None = None, reason: str | None = None) -> int:
+        return sum(e["count"] for (a, s, r), e in self.events.items()
+                   if a == action and split in (None, s) and reason in (None, r))
+
+    def merge(self, other: DataReport) -> None:
+        """Take in what another report read and did (one corpus of several)."""
+        self.files += other.files
+        for k, e in other.events.items():
+            mine = self.events.setdefault(k, {"count": 0, "first": []})
+            mine["count"] += e["count"]
+            mine["first"] = (mine["first"] + e["first"])[:FIRST]
+
+    def summary(self, action: str, split: str) -> str:
+        """e.g. "3 dropped: 2 rows with an empty label (first x.tsv:4), 1 lines that are not valid JSON (...)"."""
+        found = [(r, e) for (a, s, r), e in self.events.items() if a == action and s == split]
+        parts = [f"{e['count']} {r} (first {', '.join(e['first'][:2])})" for r, e in found]
+        return f"{sum(e['count'] for _, e in found)} {action}" + (f": {'; '.join(parts)}" if parts else "")
+
+    def to_dict(self) -> dict:
+        events = [{"action": a, "split": s, "reason": r, **e} for (a, s, r), e in self.events.items()]
+        return {"task": self.task, "files": self.files, "splits": self.splits, "events": events}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DataReport:
+        r = cls(d.get("task", ""))
+        r.files, r.splits = list(d.get("files", [])), dict(d.get("splits", {}))
+        for e in d.get("events", []):
+            r.events[(e["action"], e["split"], e["reason"])] = {"count": e["count"], "first": list(e["first"])}
+        return r
+
+    def lines(self) -> list[str]:
+        out = []
+        for f in self.files:
+            facts = ", ".join(f"{k} {v}" if not isinstance(v, bool) else k for k, v in f.items()
+                              if k not in ("split", "path") and v not in (None, False))
+            out.append(f"data: read {f['path']} ({f['split']}): {facts}")
+        for name, s in self.splits.items():
+            facts = ", ".join(f"{v:,} {k}" for k, v in s.items() if isinstance(v, int))
+            labels = s.get("labels")
+            out.append(f"data: {name}: {facts}" + (f"; labels {', '.join(f'{k}: {v}' for k, v in labels.items())}" if labels else ""))
+        for (action, split, reason), e in self.events.items():
+            first = f" (first: {', '.join(e['first'])}{', ...' if e['count'] > len(e['first']) else ''})" if e["first"] else ""
+            out.append(f"data: {action} in {split}: {e['count']:,} {reason}{first}")
+        return out
+
+    def log(self) -> None:
+        for line in self.lines():
+            log.info("%s", line)
+
+
+def check_file(file: str | None, field: str) -> Path:
+    """The path of a file the user named in config field `field`, which must exist and be a file."""
+    path = Path(str(file)).expanduser()
+    if path.is_dir():
+        raise DataError(f"{field}={file} is a directory; give a file")
+    if not path.is_file():
+        raise DataError(f"{field}={file} does not exist; give an existing file")
+    return path
+
+
+def decode(path: Path, fmt: FileFormat, split: str, report: DataReport, **facts) -> str:
+    """The text of a file: decoded as fmt says, BOM stripped, \\r\\n -> \\n; binary files refused."""
+    data = path.read_bytes()
+    wide = codecs.lookup(fmt.encoding).name.startswith(("utf-16", "utf-32"))  # where NUL bytes are text
+    bom16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))  # (and UTF-32-LE's)
+    if bom16 and not wide:
+        raise DataError(f"{path} starts with a UTF-16 byte order mark; set {fmt.prefix}encoding=utf-16 (utf-32 if it is that)")
+    if not wide and NUL in data[:8192]:
+        raise DataError(f"{path} holds NUL bytes (byte offset {data.index(NUL)}): a binary file, or UTF-16/32 text "
+                        f"(then set {fmt.prefix}encoding=utf-16)")
+    try:
+        text = data.decode(fmt.encoding, errors="strict")
+        replaced = 0
+    except UnicodeDecodeError as e:
+        if fmt.encoding_errors == "strict":
+            raise DataError(f"{path} is not valid {fmt.encoding} at byte offset {e.start} ({e.reason}); set "
+                            f"{fmt.prefix}encoding= to the file's encoding (e.g. latin-1, cp1252, utf-16), or "
+                            f"{fmt.prefix}encoding_errors=replace to replace undecodable bytes with U+FFFD") from e
+        text = data.decode(fmt.encoding, errors="replace")
+        replaced = text.count("\ufffd") - data.decode(fmt.encoding, errors="ignore").count("\ufffd")
+    bom = text.startswith("\ufeff") or bom16  # (the utf-16/32 codecs consume the BOM themselves)
+    crlf = text.count("\r\n")
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n")
+    control = sum(text.count(c) for c in "\0\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x7f")
+    if control > max(8, len(text) // 100):
+        raise DataError(f"{path} holds {control} control characters in {len(text)}: it is binary, not text")
+    report.file(split, path, bytes=len(data), encoding=fmt.encoding, bom_stripped=bom, crlf_read_as_lf=crlf, **facts)
+    if replaced:
+        report.note("changed", split, f"undecodable bytes replaced by U+FFFD ({path.name}, {fmt.prefix}encoding_errors=replace)",
+                    count=replaced)
+    return text
+
+
+def bad_line(fmt: FileFormat, report: DataReport, split: str, path: Path, line: int, reason: str, detail: str) -> None:
+    """A row that cannot be read as the format says: an error naming file and line, or skipped and counted."""
+    if fmt.bad_lines == "error":
+        raise DataError(f"{path}:{line}: {detail}; fix the line, or set {fmt.prefix}bad_lines=skip to skip such lines (they are counted)")
+    report.note("dropped", split, reason, f"{path.name}:{line}")
+
+
+Row = tuple[int, list[str]]  # (line number in the file, cells)
+
+
+def read_table(path: Path, fmt: FileFormat, split: str, report: DataReport, names: tuple[str, ...] = (),
+               header: bool | None = None) -> tuple[list[str] | None, list[Row]]:
+    """(header, rows) of a .tsv or .csv file. header: True / False / None = detected (the first row is a header
+    when its cells include every one of `names`, case-insensitively). Rows must have the header's (or the first
+    row's) number of columns; blank lines are skipped and counted."""
+    text = decode(path, fmt, split, report, format=path.suffix.lower().lstrip("."))
+    tsv = path.suffix.lower() in (".tsv", ".txt")
+    rows: list[Row] = []
+    if tsv and fmt.quoting == "none":
+        rows = [(n, line.split("\t")) for n, line in enumerate(text.split("\n"), 1)]
+        if rows and rows[-1][1] == [""]:
+            rows.pop()  # the final newline
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if tsv else ",", strict=True)
+        start = 1
+        try:
+            for cells in reader:
+                rows.append((start, cells if cells else [""]))
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise DataError(f"{path}:{start}: {e} (a quote opened on line {start} is never closed?); fix the quoting"
+                            + (f", or set {fmt.prefix}quoting=none to read quotes as text" if tsv else "")) from e
+    blank = [n for n, cells in rows if not "".join(cells).strip()]
+    for n in blank:
+        report.note("skipped", split, "blank lines", f"{path.name}:{n}")
+    rows = [(n, cells) for n, cells in rows if "".join(cells).strip()]
+    if not rows:
+        raise DataError(f"{path} holds no rows")
+    first = [c.strip() for c in rows[0][1]]
+    if header is None:
+        header = bool(names) and {x.lower() for x in names} <= {c.lower() for c in first}
+    head = None
+    if header:
+        head = first
+        report.note("skipped", split, "header line", f"{path.name}:{rows[0][0]}")
+        rows = rows[1:]
+    width = len(head) if head else len(rows[0][1]) if rows else 0
+    kept = []
+    for n, cells in rows:
+        if len(cells) != width:
+            sep = "tab-separated, no quote processing" if tsv and fmt.quoting == "none" else "tab-separated" if tsv else "comma-separated"
+            bad_line(fmt, report, split, path, n, "rows with the wrong number of columns",
+                     f"has {len(cells)} columns, the {'header' if head else 'first row'} has {width} ({sep})")
+            continue
+        if head and [c.strip() for c in cells] == head:
+            report.note("dropped", split, "repeated header lines", f"{path.name}:{n}")
+            continue
+        kept.append((n, cells))
+    return head, kept
+
+
+def read_jsonl(path: Path, fmt: FileFormat, split: str, report: DataReport) -> list[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a .jsonl file."""
+    text = decode(path, fmt, split, report, format="jsonl")
+    out = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            if n < text.count("\n") + 1:
+                report.note("skipped", split, "blank lines", f"{path.name}:{n}")
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            bad_line(fmt, report, split, path, n, "lines that are not valid JSON", f"is not valid JSON ({e.msg} at column {e.colno})")
+            continue
+        if not isinstance(obj, dict):
+            bad_line(fmt, report, split, path, n, "lines that are not JSON objects", f"is a JSON {type(obj).__name__}, not an object")
+            continue
+        out.append((n, obj))
+    if not out:
+        raise DataError(f"{path} holds no records")
+    return out
+
+
+def text_of(value) -> str | None:
+    """A field's text: strings as they are, numbers and booleans as JSON writes them; None for null/missing
+    and for lists / objects (not text)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return None
+
+
+def label_of(value) -> str | None:
+    """A label: whitespace-stripped text; a finite number in canonical form (1, 1.0, "1.0", " 1" -> "1";
+    0.5 -> "0.5"), so one class is never two. None when empty."""
+    text = text_of(value)
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    try:
+        x = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(x):
+        return text
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def label_order(labels) -> list[str]:
+    """Numeric labels in numeric order (2 before 10), then the others alphabetically."""
+    def key(y: str):
+        try:
+            return (0, float(y), "")
+        except ValueError:
+            return (1, 0.0, y)
+    return sorted(set(labels), key=key)
+
+
+def label_counts(labels) -> dict[str, int]:
+    counts = Counter(labels)
+    return {y: counts[y] for y in label_order(counts)}
+
+
+def drop_overlap(splits: dict[str, list], key, policy: str, report: DataReport, prefix: str = "data.",
+                 order: tuple[str, ...] = ("train", "val", "test"), where=lambda row: None, unit: str = "row",
+                 what: str = "input") -> dict[str, list]:
+    """Evaluation splits without the rows whose key (the model's input) occurs in an earlier split of `order`:
+    val loses what train has, test what train or val has. policy error: refuse instead, naming the rows."""
+    seen: dict[object, str] = {}
+    out = {}
+    for name in order:
+        rows = splits.get(name)
+        if rows is None:
+            continue
+        kept, dupes, mine = [], [], set()
+        for row in rows:
+            k = key(row)
+            if k in seen:
+                dupes.append((row, seen[k]))
+                continue
+            if k in mine:  # within one split a repeat is the user's choice (e.g. weighting): kept, but said
+                report.note("kept", name, f"{unit}s repeating an earlier {unit}'s {what} in the same split", where(row))
+            mine.add(k)
+            kept.append(row)
+        if dupes and policy == "error":
+            first = ", ".join(str(where(r)) for r, _ in dupes[:FIRST])
+            raise DataError(f"{len(dupes)} {name} {unit}(s) also occur in an earlier split ({first}): the model would be "
+                            f"evaluated on what it trained on; remove them, or set {prefix}eval_overlap=drop")
+        for row, other in dupes:
+            report.note("dropped", name, f"{unit}s whose {what} also occurs in {other}", where(row))
+        for row in kept:
+            seen.setdefault(key(row), name)
+        out[name] = kept
+    return {**splits, **out}
