@@ -218,6 +218,19 @@ def test_files_it_did_not_write_are_not_replaced(tmp_path):
     assert run_module("lab.report", [str(root)], tmp_path).returncode == 0  # its own files it replaces
 
 
+def test_tables_go_to_wandb_under_the_sweeps_group(tmp_path):
+    root = _ablation(tmp_path / "sweep")
+    (root / "multirun.yaml").write_text("hydra: {}\n")  # a multirun directory, as Hydra leaves it
+    env = {"WANDB_MODE": "offline", "WANDB_API_KEY": ""}
+    result = run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"W&B: report tables logged to group abl/lr0.001/seed1/{root.name} (offline)" in result.stderr
+    (offline,) = (root / "wandb").glob("offline-run-*")
+    tables = sorted(p.name.split("_")[0] for p in (offline / "files" / "media" / "table" / "report").iterdir())
+    assert tables == ["metrics", "runs", "summary"]
+    assert f"abl/lr0.001/seed1/{root.name}".encode() in next(offline.glob("run-*.wandb")).read_bytes()
+
+
 def test_globs_select_runs(tmp_path):
     root = _ablation(tmp_path / "runs")
     report = collect([Path(f"{root}/[01]")])

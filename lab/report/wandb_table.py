@@ -23,13 +23,15 @@ def log_tables(report: Report, required: bool) -> None:
 
         first = report.runs[0]
         name = str(first.config.get("name") or "lab")
-        sweep = first.path.parent.name if first.path.parent.name != name else first.path.name
-        run = wandb.init(project=str(first.config.get("logger.wandb.project") or "lab"), group=f"{name}/{sweep}",
+        sweep = first.path.parent
+        # the group lab.train gave the sweep's jobs (lab.runtime.loggers.sweep_settings): <name>/<sweep dir name>
+        group = f"{name}/{sweep.name}" if (sweep / "multirun.yaml").is_file() else f"{name}/report"
+        run = wandb.init(project=str(first.config.get("logger.wandb.project") or "lab"), group=group,
                          job_type="report", name=f"{name}-report", mode=resolve_wandb_mode(None),
-                         dir=str(first.path.parent), settings=wandb.Settings(init_timeout=15, silent=True))
+                         dir=str(sweep), settings=wandb.Settings(init_timeout=15, silent=True))
         for t in report.tables:
             run.log({f"report/{t.name}": wandb.Table(columns=t.header, data=[[c.text for c in row] for row in t.rows])})
         run.finish()
-        print(f"W&B: report tables logged to group {name}/{sweep} ({run.settings.mode})", file=sys.stderr)
+        print(f"W&B: report tables logged to group {group} ({run.settings.mode})", file=sys.stderr)
     except Exception as e:  # W&B down or misconfigured never costs the report
         print(f"W&B: report tables not logged ({type(e).__name__}: {e}); report.html and report.md are written", file=sys.stderr)
