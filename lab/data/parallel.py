@@ -256,6 +256,7 @@ class ParallelDataModule(L.LightningDataModule):
         lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)]
         sampler = BucketBatchSampler(lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
                                      world=world, max_tokens=per_device_batch(self.batch_tokens, t, "data.batch_tokens"))
+        sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:

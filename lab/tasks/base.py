@@ -125,6 +125,21 @@ class Task(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lab"] = self.lab_metadata
+        # the random stream (dropout) too: a resumed run draws the masks the uninterrupted run would have
+        checkpoint["rng"] = {"torch": torch.get_rng_state(),
+                             **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {})}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("rng")
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        """Restore the checkpoint's random state right before the first step: creating the data loader
+        iterator on resume draws a seed the uninterrupted run did not draw at this point."""
+        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
         """Examples (samples, translations, mistakes) as a W&B table and as text in the run's log."""
