@@ -85,6 +85,7 @@ def test_resumed_run_continues_the_uninterrupted_curve(tmp_path, case, accum):
     assert_same_curve(full, resumed, (stop - 1) // every * every, steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["lm", "classifier"])
 def test_resumed_ddp_run_continues_the_uninterrupted_curve(tmp_path, case):
     """2 CPU processes with accumulation 2: each rank skips its own share of the consumed batches."""
