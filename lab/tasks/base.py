@@ -142,7 +142,8 @@ class Task(L.LightningModule):
         rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
         if rng:
             states = rng["torch"]
-            torch.set_rng_state(states[self.global_rank] if self.global_rank < len(states) else states[0])
+            # clone: set_rng_state reads a row view of the [world, n] tensor from its storage start (segfaults)
+            torch.set_rng_state(states[self.global_rank if self.global_rank < len(states) else 0].clone())
             if "cuda" in rng and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
 
