@@ -121,7 +121,7 @@ def copy_repo(dest: Path) -> None:
 
 
 def run_mutant(copy: Path, mutant: tuple) -> tuple[str, float, str]:
-    name, file, old, new, tests = mutant
+    _name, file, old, new, tests = mutant
     path = copy / file
     original = path.read_text()
     if original.count(old) != 1:

@@ -54,6 +54,9 @@ CASES = {
     "lm": (lambda p: LM, 12, 4, 6),
     "classifier": (classifier_args, 18, 5, 11),  # resumes at step 10: epoch 1, 2 steps in
     "translator": (translator_args, 16, 5, 12),  # resumes at step 10, after an epoch of another batch count
+    # 60 pairs in batches of 12: 5 per epoch; resumes at step 8, epoch 1 (an even batch count per epoch with
+    # accumulation 2, so every validation, and the checkpoint it writes, falls between optimizer steps)
+    "translator-random-batches": (lambda p: [*translator_args(p), "data.batch_tokens=null", "data.batch_size=12"], 14, 4, 10),
 }
 
 
