@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup browser apt-lists lint train test test-slow test-all bench clean
+.PHONY: setup browser apt-lists lint train test test-fast test-slow mutants bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -38,14 +38,21 @@ lint: setup
 	$(VENV)/bin/ruff check lab tests benchmarks experiments
 	$(VENV)/bin/lint-imports --no-cache
 
+# the whole suite, slow (multi-process, sweeps, resume) tests included: what CI runs
 test: setup browser apt-lists lint
 	$(PY) -m pytest -q
 
-test-slow: setup
+# quick local iteration: everything but the tests marked slow
+test-fast: setup browser apt-lists
+	$(PY) -m pytest -q -m 'not slow'
+
+test-slow: setup browser apt-lists
 	$(PY) -m pytest -q -m slow
 
-test-all: setup browser apt-lists
-	$(PY) -m pytest -q -m ''
+# one-line bugs applied to a temporary copy of the repo; each must be killed by the tests that guard it
+# (tests/mutants.py; not part of `make test`)
+mutants: setup
+	$(PY) tests/mutants.py
 
 bench: setup
 	$(PY) benchmarks/train_overhead.py

@@ -83,8 +83,8 @@ def test_random_windows_are_a_function_of_the_sample_index():
     ds = RandomWindows(tokens, block_size=16, seed=3, length=100)
     x, y = ds[7]
     assert torch.equal(y[:-1], x[1:]) and int(y[-1]) == int(x[-1]) + 1  # targets are inputs shifted by one
-    resumed = RandomWindows(tokens, block_size=16, seed=3, length=60, offset=40)
-    assert torch.equal(resumed[0][0], ds[40][0])  # a run resumed after 40 samples continues, not repeats
+    longer = RandomWindows(tokens, block_size=16, seed=3, length=500)
+    assert torch.equal(longer[40][0], ds[40][0])  # the run's length (max_steps) does not move its windows
     assert not torch.equal(ds[0][0], ds[1][0])
 
 

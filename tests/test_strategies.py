@@ -128,9 +128,6 @@ def test_two_cpu_processes_reach_the_single_process_loss(single_process_run, tmp
     assert sorted(multi) == sorted(single) and len(single) == 2
     for step in single:
         assert multi[step] == pytest.approx(single[step], rel=TOLERANCE), (step, multi[step], single[step])
-    rows = read_metrics(run)  # throughput: this device's tokens/s, and x2 for both processes
-    device, total = metric_by_step(rows, "perf/tokens_per_s"), metric_by_step(rows, "perf/tokens_per_s_global")
-    assert device and all(total[s] == pytest.approx(2 * device[s]) for s in device)
 
 
 @pytest.mark.slow

@@ -297,7 +297,9 @@ class TextClassificationDataModule(L.LightningDataModule):
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
         lengths = [len(x) for x in ids] if self.bucketing else [0] * len(ids)  # all equal: plain random batches
         sampler = BucketBatchSampler(lengths, bs, shuffle, self.seed, rank=rank, world=world)
-        if not shuffle and self.eval_batches:
+        if shuffle:
+            sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
+        elif self.eval_batches:
             sampler = list(sampler)[: self.eval_batches]
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 

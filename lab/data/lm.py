@@ -20,22 +20,23 @@ EOS = "<|endoftext|>"
 
 
 class RandomWindows(Dataset):
-    """Sample i is the window [s, s+T] at a start s drawn from (seed, offset + i).
+    """Sample i is the window [s, s+T] at a start s drawn from (seed, i).
 
-    Batches depend only on the sample index, so a run resumed at step k, or split over N devices by
-    lab.data.batching.step_ordered_sampler, sees exactly the windows a single uninterrupted run sees.
+    Batches depend only on the sample index, so a run resumed at step k (which skips the first k * batch
+    samples), or split over N devices by lab.data.batching.step_ordered_sampler, sees exactly the windows a
+    single uninterrupted run sees.
     """
 
-    def __init__(self, tokens: np.ndarray, block_size: int, seed: int, length: int, offset: int = 0):
+    def __init__(self, tokens: np.ndarray, block_size: int, seed: int, length: int):
         if len(tokens) <= block_size + 1:
             raise DataError(f"{len(tokens)} tokens is too few for windows of data.block_size={block_size}")
-        self.tokens, self.block_size, self.seed, self.length, self.offset = tokens, block_size, seed, length, offset
+        self.tokens, self.block_size, self.seed, self.length = tokens, block_size, seed, length
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng((self.seed, self.offset + i))
+        rng = np.random.default_rng((self.seed, i))
         s = int(rng.integers(0, len(self.tokens) - self.block_size - 1))
         chunk = torch.from_numpy(self.tokens[s : s + self.block_size + 1].astype(np.int64))
         return chunk[:-1], chunk[1:]  # inputs, next-token targets: [T], [T]
@@ -131,17 +132,20 @@ class LMDataModule(L.LightningDataModule):
     def _per_device_batch(self) -> int:
         return per_device_batch(self.batch_size, self.trainer)
 
-    def _loader(self, dataset: Dataset) -> DataLoader:
-        return DataLoader(dataset, batch_size=self._per_device_batch(), sampler=step_ordered_sampler(dataset, self.trainer),
+    def _loader(self, dataset: Dataset, skip: int = 0) -> DataLoader:
+        return DataLoader(dataset, batch_size=self._per_device_batch(), sampler=step_ordered_sampler(dataset, self.trainer, skip),
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
+        """Sample i of the run is window (seed, i); an optimizer step takes batch_size of them (over all devices
+        and accumulated micro-batches), so a run resumed at step k skips exactly k * batch_size."""
         t = self.trainer
-        steps = t.max_steps if t is not None and t.max_steps > 0 else len(self.train_tokens) // (self.block_size * self.batch_size)
-        accum = t.accumulate_grad_batches if t is not None else 1
-        done = t.global_step if t is not None else 0  # resumed runs continue with the next unseen windows
-        length = max(steps - done, 1) * self.batch_size * accum
-        return self._loader(RandomWindows(self.train_tokens, self.block_size, self.seed, length, done * self.batch_size * accum))
+        by_steps = t is not None and t.max_steps > 0  # else epochs of one pass's worth of windows, the same each epoch
+        steps = t.max_steps if by_steps else max(1, len(self.train_tokens) // (self.block_size * self.batch_size))
+        done = t.global_step if t is not None else 0
+        done = done if by_steps else done % steps  # steps already taken in the epoch this loader serves
+        length = max(steps, done + 1) * self.batch_size
+        return self._loader(RandomWindows(self.train_tokens, self.block_size, self.seed, length), skip=done * self.batch_size)
 
     def val_dataloader(self) -> DataLoader:
         n = self.eval_batches * self.batch_size

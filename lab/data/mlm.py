@@ -167,7 +167,9 @@ class MLMDataModule(L.LightningDataModule):
         bs = per_device_batch(self.batch_size, t)
         lengths = [len(s) for s in segs] if self.bucketing else [0] * len(segs)  # all equal: plain random batches
         sampler = BucketBatchSampler(lengths, bs, shuffle, self.seed, rank=rank, world=world)
-        if not shuffle and self.eval_batches:
+        if shuffle:
+            sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
+        elif self.eval_batches:
             sampler = list(sampler)[: self.eval_batches]
         return DataLoader(Indexed(segs), batch_sampler=sampler, num_workers=self.num_workers,
                           collate_fn=self.collator(None if shuffle else self.seed))

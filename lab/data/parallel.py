@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
@@ -168,7 +167,8 @@ class ParallelDataModule(L.LightningDataModule):
     max_tokens: training pairs longer than this on either side (with bos/eos) are dropped; held-out sources
     are truncated to it, references are never touched (both counted in the data report).
     eval_overlap: drop | error: valid/test pairs whose source occurs in train (test: or in valid).
-    batch_size: GLOBAL sentence pairs per optimizer step (per device: batch_size / (devices * accumulation)).
+    batch_size: GLOBAL sentence pairs per optimizer step (per device: batch_size / (devices * accumulation)); an
+    epoch's last batch may hold fewer.
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
     Held-out batches keep the split's order, so the first val_bleu_batches are a fair sample of it.
@@ -300,21 +300,19 @@ class ParallelDataModule(L.LightningDataModule):
         return {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0),
                 "source_text": [p[0] for p in pairs], "reference_text": [p[1] for p in pairs]}
 
-    @property
-    def shards_batches(self) -> bool:  # a BucketBatchSampler takes each rank's batches itself (see lab.train)
-        return self.batch_tokens is not None
+    shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
     def train_dataloader(self) -> DataLoader:
-        # seeded: the same data.seed gives the same batches in every run (the budget comparison depends on it)
+        # seeded: the same data.seed gives the same batches in every run (the budget comparison depends on it);
+        # batches of batch_size random pairs (all lengths equal), or token-budget batches of similar lengths
         data, t = self.datasets["train"], self.trainer
-        if self.batch_tokens is None:  # random batches of batch_size pairs
-            return DataLoader(data, batch_size=per_device_batch(self.batch_size, t), shuffle=True, drop_last=True,
-                              collate_fn=self.collate, num_workers=self.num_workers,
-                              generator=torch.Generator().manual_seed(self.seed))
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
-        lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)]
+        by_tokens = self.batch_tokens is not None
+        lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)] if by_tokens else [0] * len(data)
+        budget = per_device_batch(self.batch_tokens, t, "data.batch_tokens") if by_tokens else None
         sampler = BucketBatchSampler(lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
-                                     world=world, max_tokens=per_device_batch(self.batch_tokens, t, "data.batch_tokens"))
+                                     world=world, max_tokens=budget)
+        sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:

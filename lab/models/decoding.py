@@ -124,7 +124,8 @@ def beam_search(
     """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
     without bos/eos). Same model interface as greedy_translate.
 
-    Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos). Each step keeps the
+    Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos; a hypothesis cut at its
+    maximum length ends with eos at the model's eos probability, not a free one). Each step keeps the
     2k best expansions of a sentence: those ending in eos among the first k are finished, the best k others
     continue, so eos never crowds out live beams. A sentence stops when it has k finished hypotheses (early
     stop) or reaches its maximum length, and leaves the batch; the batch stops when every sentence has.
@@ -148,9 +149,9 @@ def beam_search(
         V = logp.shape[-1]
         step = tokens.shape[1]  # tokens generated once this step's token is appended (eos included)
         at_limit = step >= max_lens  # [live]
-        if bool(at_limit.any()):  # out of room: only eos may follow
+        if bool(at_limit.any()):  # out of room: only eos may follow, at the model's own eos probability (fairseq)
             forced = at_limit.repeat_interleave(beams)
-            logp[forced] = torch.where(torch.arange(V, device=src.device) == eos, 0.0, float("-inf"))[None]
+            logp[forced] = torch.where(torch.arange(V, device=src.device) == eos, logp[forced], float("-inf"))
         candidates = (scores[:, :, None] + logp.view(-1, beams, V)).view(-1, beams * V)  # [live, beams*V]
         top_scores, top_index = candidates.topk(min(2 * K, beams * V), dim=-1)  # [live, 2K]
         parent, token = top_index // V, top_index % V
@@ -170,7 +171,9 @@ def beam_search(
         keep = rank.argsort(dim=-1)[:, :K]  # [live, K] positions among the 2K candidates
         rows = (torch.arange(len(sentence), device=src.device)[:, None] * beams + parent.gather(1, keep))[live].view(-1)
         tokens = torch.cat([tokens[rows], token.gather(1, keep)[live].view(-1, 1)], dim=1)
-        scores = top_scores.gather(1, keep)[live]
+        # with fewer than K non-eos candidates (beams * V < 2K: a tiny vocabulary or a huge beam) eos ones fill
+        # the rest: they continue dead (score -inf), never as a hypothesis with eos inside
+        scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))[live]
         if caches is not None:
             for c in caches:
                 c.reorder(rows)  # each beam continues its parent's history

@@ -125,6 +125,27 @@ class Task(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lab"] = self.lab_metadata
+        # every rank's random stream (dropout) too: a resumed run draws the masks the uninterrupted run would
+        # have (every rank builds the checkpoint, rank 0 writes it)
+        state = torch.get_rng_state()
+        checkpoint["rng"] = {"torch": self.all_gather(state).reshape(-1, state.numel()).cpu() if self.trainer.world_size > 1
+                             else state[None]}
+        if torch.cuda.is_initialized():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("rng")
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        """Restore this rank's random state of the checkpoint right before the first step: creating the data
+        loader iterator on resume draws a seed the uninterrupted run did not draw at this point."""
+        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        if rng:
+            states = rng["torch"]
+            # clone: set_rng_state reads a row view of the [world, n] tensor from its storage start (segfaults)
+            torch.set_rng_state(states[self.global_rank if self.global_rank < len(states) else 0].clone())
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
         """Examples (samples, translations, mistakes) as a W&B table and as text in the run's log."""

@@ -1,0 +1,172 @@
+"""Mutation check: put one-line bugs into a temporary copy of the repository and run, for each, only the tests
+that should catch it. Every listed mutant must be killed (some test fails); a survivor is a hole in the suite.
+
+    python tests/mutants.py                 # all mutants (this file's and every tests/mutants_*.py's MUTANTS)
+    python tests/mutants.py causal beam     # only mutants whose name contains one of these words
+    python tests/mutants.py --list
+
+A mutant is (name, file, old, new, tests): `old` must occur exactly once in `file` (so a refactoring that moves
+the code makes the entry fail loudly instead of silently testing nothing); `tests` are pytest node ids or
+files, kept few so the whole run takes minutes. Exit status 1 if any mutant survived or no longer applies.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DECODING = "tests/test_decoding.py"
+RESUME_LM = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[lm-accum2]"
+RESUME_CLS = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
+
+MUTANTS = [
+    # lab/models/decoding.py
+    ("beam length normalised by length + 1", "lab/models/decoding.py",
+     "/ step**length_penalty", "/ (step + 1)**length_penalty", [DECODING]),
+    ("beam: eos at the length limit is free", "lab/models/decoding.py",
+     "== eos, logp[forced], float(\"-inf\"))", "== eos, 0.0, float(\"-inf\"))[None]", [DECODING]),
+    ("beam: eos candidates continue as live beams", "lab/models/decoding.py",
+     ".masked_fill(is_eos.gather(1, keep), float(\"-inf\"))[live]", "[live]", [DECODING]),
+    ("greedy: one token past the length limit", "lab/models/decoding.py",
+     "(step >= max_lens)[:, None]", "(step > max_lens)[:, None]", [DECODING]),
+    ("generate: slides one token too far", "lab/models/decoding.py",
+     "ctx_start = ids.shape[1] - window // 2", "ctx_start = ids.shape[1] - window // 2 + 1", [DECODING]),
+    ("top-k keeps only k-1 tokens", "lab/models/decoding.py",
+     "logits.masked_fill(logits < kth,", "logits.masked_fill(logits <= kth,", ["tests/test_models.py"]),
+    ("top-p drops the token that completes the nucleus", "lab/models/decoding.py",
+     "drop = cum - sorted_logits.softmax(-1) >= top_p", "drop = cum >= top_p", ["tests/test_models.py"]),
+    # lab/nn
+    ("causal_mask lets each position see one future key", "lab/nn/attention.py",
+     "[:, None] + offset >=", "[:, None] + offset + 1 >=", [DECODING]),
+    ("rotary positions restart at 0 on cached steps", "lab/nn/attention.py",
+     "start = cache.length if cache is not None else 0", "start = 0", [DECODING]),
+    ("a cache step overwrites the previous slot", "lab/nn/attention.py",
+     "start, end = self.length, self.length + k.shape[2]",
+     "start = self.length - (0 < self.length and k.shape[2] == 1); end = start + k.shape[2]", [DECODING]),
+    ("beam reorder forgets the values", "lab/nn/attention.py",
+     "self.v = self.v.index_select(0, index)", "self.v = self.v", [DECODING]),
+    ("explicit mask drops the causal part", "lab/nn/attention.py",
+     "mask = causal if mask is None else mask & causal", "mask = causal if mask is None else mask", [DECODING]),
+    ("cross-attention ignores the memory padding mask", "lab/nn/blocks.py",
+     "memory=memory, mask=memory_mask, cache=memory_cache", "memory=memory, mask=None, cache=memory_cache",
+     [DECODING]),
+    ("rotary rotates with the wrong sign", "lab/nn/positions.py",
+     "(x1 * cos - x2 * sin, x1 * sin + x2 * cos)", "(x1 * cos + x2 * sin, x1 * sin + x2 * cos)",
+     ["tests/test_attention.py"]),
+    ("sinusoidal table: sin in the odd columns", "lab/nn/positions.py",
+     "table[:, 1::2] = torch.cos(", "table[:, 1::2] = torch.sin(", ["tests/test_attention.py"]),
+    ("mean pooling averages over padding", "lab/models/encoder.py",
+     "return (h * m).sum(1) / m.sum(1).clamp(min=1.0)", "return h.mean(1)", ["tests/test_encoder.py"]),
+    # lab/models/seq2seq.py
+    ("translator encoder ignores the source padding mask", "lab/models/seq2seq.py",
+     "self.encoder(self.src_embed(src), padding_mask=src_mask)", "self.encoder(self.src_embed(src))", [DECODING]),
+    # lab/data
+    ("resume skips batch * accumulation windows per step", "lab/data/lm.py",
+     "skip=done * self.batch_size)", "skip=done * self.batch_size * self.trainer.accumulate_grad_batches)",
+     [RESUME_LM]),
+    ("per-device batch forgets accumulation", "lab/data/batching.py",
+     "return batch_size // (world * accum)", "return batch_size // world", ["tests/test_batching.py"]),
+    ("Lightning's set_epoch never reaches the bucket sampler", "lab/data/batching.py",
+     "self.sampler = self", "self.sampler = None", ["tests/test_batching.py"]),
+    ("a resumed bucket sampler starts in epoch 0", "lab/data/batching.py",
+     "self.epoch = self.resume_epoch", "self.epoch = 0", ["tests/test_batching.py"]),
+    ("resume ignores the step after an epoch's last batch", "lab/data/batching.py",
+     "math.ceil(batches_in_epoch(epoch) / accum)", "batches_in_epoch(epoch) // accum", ["tests/test_batching.py"]),
+    ("resumed bucket sampler skips one batch too many", "lab/data/batching.py",
+     "mine[self.resume_skip :]", "mine[self.resume_skip + 1 :]", ["tests/test_batching.py"]),
+    ("step-ordered ranks take contiguous halves", "lab/data/batching.py",
+     "range(self.skip + self.rank, self.length - self.length % self.world, self.world)",
+     "range(self.skip + self.rank * (self.length // self.world), self.length, 1)", ["tests/test_batching.py"]),
+    # lab/tasks
+    ("label smoothing ignored", "lab/tasks/translation.py",
+     "ignore_index=pad_id, label_smoothing=smoothing)", "ignore_index=pad_id)", ["tests/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
+    ("padding counted in the translation loss", "lab/tasks/translation.py",
+     "ignore_index=pad_id, label_smoothing=smoothing)", "label_smoothing=smoothing)", ["tests/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
+    ("warmup starts one step late", "lab/tasks/optim.py",
+     "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/test_tasks.py"]),
+    ("biases get weight decay", "lab/tasks/base.py",
+     "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/test_tasks.py"]),
+    ("resume forgets the dropout random state", "lab/tasks/base.py",
+     "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
+     [RESUME_CLS]),
+]
+
+
+def collect() -> list[tuple]:
+    """This file's MUTANTS and those of every tests/mutants_*.py module (e.g. the MoE mutants)."""
+    mutants = list(MUTANTS)
+    for path in sorted(Path(__file__).parent.glob("mutants_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        mutants += list(getattr(module, "MUTANTS", []))
+    return mutants
+
+
+def copy_repo(dest: Path) -> None:
+    """The working tree as git sees it (tracked and untracked-but-not-ignored files), no .venv, runs or caches."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    for rel in files:
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+
+
+def run_mutant(copy: Path, mutant: tuple) -> tuple[str, float, str]:
+    _name, file, old, new, tests = mutant
+    path = copy / file
+    original = path.read_text()
+    if original.count(old) != 1:
+        return "NOT APPLIED", 0.0, f"{old!r} occurs {original.count(old)} times in {file}"
+    path.write_text(original.replace(old, new))
+    env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "", *tests],
+                                cwd=copy, env=env, capture_output=True, text=True)
+    finally:
+        path.write_text(original)
+    seconds = time.perf_counter() - start
+    if result.returncode == 1:
+        failed = [ln.split(" - ")[0].removeprefix("FAILED ") for ln in result.stdout.splitlines() if ln.startswith("FAILED")]
+        return "killed", seconds, failed[0] if failed else ""
+    if result.returncode == 0:
+        return "SURVIVED", seconds, ""
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    return "ERROR", seconds, lines[-1] if lines else f"pytest exit status {result.returncode}"
+
+
+def main(argv: list[str]) -> int:
+    mutants = collect()
+    if "--list" in argv:
+        for m in mutants:
+            print(f"{m[0]}  ({m[1]})")
+        return 0
+    words = [w.lower() for w in argv]
+    chosen = [m for m in mutants if not words or any(w in m[0].lower() for w in words)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lab-mutants-") as tmp:
+        copy = Path(tmp)
+        copy_repo(copy)
+        for mutant in chosen:
+            status, seconds, detail = run_mutant(copy, mutant)
+            rows.append((mutant[0], mutant[1], status, seconds, detail))
+            print(f"{status:11s} {seconds:6.1f}s  {mutant[0]}  ({mutant[1]})  {detail}", flush=True)
+    print("\n| mutant | file | result | killed by |\n|---|---|---|---|")
+    for name, file, status, _, detail in rows:
+        print(f"| {name} | `{file}` | {status} | {detail.split('::')[-1] if status == 'killed' else detail} |")
+    bad = [r for r in rows if r[2] != "killed"]
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} killed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
