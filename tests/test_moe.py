@@ -204,8 +204,10 @@ def test_moe_encoder_classifier_trains_with_expert_choice_through_the_cli(tmp_pa
            "trainer.val_check_interval=3", *QUICK], tmp_path)
     rows = read_metrics(run_dirs(tmp_path)[-1])
     row = next(r for r in rows if r.get("train/moe/encoder.stack.1/expert_0"))
-    # expert choice: every expert takes the same number of tokens, by construction
-    assert [float(row[f"train/moe/encoder.stack.1/expert_{i}"]) for i in range(8)] == pytest.approx([1 / 8] * 8)
+    # one column per expert of the MoE layer (every other layer: stack.0 is dense); the shares' values are
+    # checked against a hand count in test_moe_reference.py
+    assert all(row.get(f"train/moe/encoder.stack.1/expert_{i}") for i in range(8))
+    assert "train/moe/encoder.stack.0/expert_0" not in row
     assert any(r.get("val/acc") for r in rows) and any(r.get("val/moe/encoder.stack.1/dropped") for r in rows)
 
 
