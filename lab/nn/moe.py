@@ -145,6 +145,37 @@ def grouped_mm_supported(device: torch.device, dtype: torch.dtype) -> bool:
     return False
 
 
+@torch.library.custom_op("lab::grouped_mm", mutates_args=())
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """torch._grouped_mm as an opaque op with its own shape function and backward: on CPU the kernel takes
+    float32, but the op's built-in fake implementation (what torch.compile traces with) accepts only bfloat16.
+    a [N, K] x b [E, K, M] -> [N, M] (row groups end at offs); a [K, N] x b [N, M] -> [E, K, M] (the weight
+    gradient: groups along N)."""
+    return torch._grouped_mm(a, b, offs=offs)
+
+
+@grouped_mm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    if b.dim() == 3:
+        return a.new_empty(a.shape[0], b.shape[-1])
+    return a.new_empty(offs.shape[0], a.shape[0], b.shape[1])
+
+
+def _grouped_mm_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _grouped_mm_backward(ctx, grad: torch.Tensor):
+    a, b, offs = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_a = grouped_mm(grad, b.transpose(1, 2), offs) if ctx.needs_input_grad[0] else None
+    grad_b = grouped_mm(a.t(), grad, offs) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None
+
+
+grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
+
+
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, expert: torch.Tensor,
                    ends: torch.Tensor) -> torch.Tensor:
     """x: [N, in], rows grouped by expert, group e ending at row ends[e]; weight: [E, out, in] -> [N, out].
@@ -154,7 +185,8 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     pad_in, pad_out = -x.shape[1] % align, -out_features % align
     if pad_in or pad_out:  # zero columns add nothing to the products
         x, weight = F.pad(x, (0, pad_in)), F.pad(weight, (0, pad_in, 0, pad_out))
-    y = F.grouped_mm(x, weight.transpose(1, 2), offs=ends)[:, :out_features]
+    matmul = F.grouped_mm if x.is_cuda else grouped_mm  # CUDA's native op compiles as it is
+    y = matmul(x, weight.transpose(1, 2), offs=ends)[:, :out_features]
     if bias is not None:
         y = y + F.pad(bias, (0, 0, 0, 1))[expert]  # bias row E is 0: rows no expert computes
     return y
