@@ -29,6 +29,8 @@ def build(d_model: int, ffn: str, bias: bool, causal: bool, dispatch: str = "aut
         for p in layer.parameters():
             p.normal_(0.0, 0.5)
         layer.router.weight.normal_(0.0, 1.0)
+        if moe.get("bias_update_rate"):  # a balancing bias far from 0, so it changes which experts are chosen
+            layer.expert_bias.normal_(0.0, 0.3)
     return layer
 
 
@@ -67,7 +69,9 @@ def reference(layer, x: torch.Tensor, mask: torch.Tensor | None, settings: dict,
     k = settings.get("top_k", 2)
     real = [(b, t) for b in range(B) for t in range(T) if mask is None or mask[b, t]]  # token order
     M = len(real)
-    probs = [torch.softmax(layer.router.weight @ x[b, t], dim=0) for b, t in real]
+    score = torch.sigmoid if settings.get("gate") == "sigmoid" else lambda v: torch.softmax(v, dim=0)
+    probs = [score(layer.router.weight @ x[b, t]) for b, t in real]
+    bias = layer.expert_bias.clone() if settings.get("bias_update_rate") else torch.zeros(E)  # picks, never weighs
     factor = settings.get("capacity_factor", 1.25) if layer.training else settings.get("capacity_factor_eval", 2.0)
     capacity = None if factor is None else min(M, math.ceil(factor * k * M / E))
     out = [[torch.zeros_like(x[0, 0]) for _ in range(T)] for _ in range(B)]
@@ -83,7 +87,7 @@ def reference(layer, x: torch.Tensor, mask: torch.Tensor | None, settings: dict,
         renormalize = k > 1 if renormalize is None else renormalize
         assignments = []  # (token, choice, expert, probability, gate)
         for m, p in enumerate(probs):
-            chosen = sorted(range(E), key=lambda e: -p[e].item())[:k]
+            chosen = sorted(range(E), key=lambda e: -(p[e] + bias[e]).item())[:k]
             total = sum(p[e] for e in chosen)
             for j, e in enumerate(chosen):
                 assignments.append((m, j, e, p[e], p[e] / total if renormalize else p[e]))
@@ -113,6 +117,14 @@ ROUTING = {  # id: (moe settings, causal, padded)
     "top1-capacity-encoder-priority": (dict(top_k=1, capacity_factor=0.75), False, False),
     "top2-capacity-encoder-priority": (dict(top_k=2, capacity_factor=0.6), False, False),
     "top2-capacity-decoder-token-order": (dict(top_k=2, capacity_factor=0.6), True, False),
+    "top2-sigmoid-capacity-encoder": (dict(top_k=2, gate="sigmoid", capacity_factor=0.6), False, False),
+    "top1-sigmoid-raw-dropless": (dict(top_k=1, gate="sigmoid", capacity_factor=None), False, False),
+    "top2-balancing-bias-capacity-decoder": (dict(top_k=2, bias_update_rate=0.01, capacity_factor=0.6), True, False),
+    "top2-balancing-bias-sigmoid-encoder": (
+        dict(top_k=2, gate="sigmoid", bias_update_rate=0.01, capacity_factor=0.6),
+        False,
+        False,
+    ),
     "top2-shared2-capacity": (dict(top_k=2, num_shared=2, capacity_factor=0.6), False, False),
     "top2-padding-capacity-encoder": (dict(top_k=2, capacity_factor=0.6), False, True),
     "top2-padding-capacity-decoder": (dict(top_k=2, capacity_factor=0.6), True, True),
