@@ -24,15 +24,15 @@ MUTANTS = [
     Mutant(
         "moe: every expert uses expert 0's output weights",
         MOE,
-        "y = grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)",
-        "y = grouped_linear(h, cast(self.w_out[:1].expand_as(self.w_out)), cast(self.b_out), expert, ends)",
+        "return grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)",
+        "return grouped_linear(h, cast(self.w_out[:1].expand_as(self.w_out)), cast(self.b_out), expert, ends)",
         REFERENCE,
     ),
     Mutant(
         "moe: experts' outputs applied in reverse order",
         MOE,
-        "out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * gate[order, None]).to(tokens.dtype))",
-        "out = torch.zeros_like(tokens).index_add_(0, rows.flip(0), (outputs * gate[order, None]).to(tokens.dtype))",
+        "out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * weight).to(tokens.dtype))",
+        "out = torch.zeros_like(tokens).index_add_(0, rows.flip(0), (outputs * weight).to(tokens.dtype))",
         REFERENCE,
     ),
     Mutant(
@@ -76,6 +76,13 @@ MUTANTS = [
         MOE,
         "torch.where(taken, gate, 0.0)",
         "torch.where(taken, 1.0, 0.0)",
+        REFERENCE,
+    ),
+    Mutant(
+        "moe: dropped and padding rows keep their gate (grouped_mm runs them through the last expert)",
+        MOE,
+        "weight = torch.where(sorted_expert < E, gate[order], 0.0)[:, None]",
+        "weight = gate[order][:, None]",
         REFERENCE,
     ),
     Mutant(

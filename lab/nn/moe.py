@@ -178,8 +178,8 @@ grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_set
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, expert: torch.Tensor,
                    ends: torch.Tensor) -> torch.Tensor:
-    """x: [N, in], rows grouped by expert, group e ending at row ends[e]; weight: [E, out, in] -> [N, out].
-    Rows past ends[-1] are not computed (their values are undefined; the caller masks them)."""
+    """x: [N, in], rows grouped by expert, group e ending at row ends[e] (ends[-1] = N: rows past it would come
+    back undefined); expert: [N] each row's expert, for the bias; weight: [E, out, in] -> [N, out]."""
     out_features = weight.shape[1]
     align = 16 // x.element_size()  # the kernels want every row to be a whole number of 16-byte units
     pad_in, pad_out = -x.shape[1] % align, -out_features % align
@@ -188,7 +188,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     matmul = F.grouped_mm if x.is_cuda else grouped_mm  # CUDA's native op compiles as it is
     y = matmul(x, weight.transpose(1, 2), offs=ends)[:, :out_features]
     if bias is not None:
-        y = y + F.pad(bias, (0, 0, 0, 1))[expert]  # bias row E is 0: rows no expert computes
+        y = y + bias.index_select(0, expert)  # [N, out]; index_select: its backward is one index_add
     return y
 
 
@@ -243,21 +243,21 @@ class Experts(nn.Module):
         return grouped_mm_supported(x.device, compute_dtype(x)[0])
 
     def forward(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
-        """x: [N, D] rows sorted by expert; expert: [N] each row's expert, or E for a row no expert computes
-        (padding, over capacity), all of those at the end -> [N, D], 0 on those rows."""
+        """x: [N, D] rows sorted by expert; expert: [N] each row's expert, or E for a row no expert is meant to
+        compute (padding, over capacity), all of those at the end -> [N, D]. The caller weighs those rows 0:
+        grouped_mm runs them through the last expert (rows past its groups would come back undefined, in the
+        output and in the input's gradient; masking them costs two passes over [N, D], the few extra rows
+        less), the loop returns 0 for them."""
         if not self.uses_grouped_mm(x):
             return self._loop(x, expert)
-        E = self.num_experts
-        ends = torch.searchsorted(expert, torch.arange(1, E + 1, device=x.device)).to(torch.int32)  # [E]
-        computed = (expert < E)[:, None]  # [N, 1]
+        E, N = self.num_experts, x.shape[0]
+        last = torch.full((1,), N, dtype=torch.int32, device=x.device)
+        ends = torch.cat([torch.searchsorted(expert, torch.arange(1, E, device=x.device)).to(torch.int32), last])
+        expert = expert.clamp(max=E - 1)  # [N]: for the biases
         dtype, autocast = compute_dtype(x)
         cast = (lambda t: t.to(dtype) if t is not None else None) if autocast else (lambda t: t)
-        # rows past the groups come back from grouped_mm undefined, in the output and in the input's gradient:
-        # mask both ways
-        x = torch.where(computed, cast(x), 0.0)
-        h = self._hidden(grouped_linear(x, cast(self.w_in), cast(self.b_in), expert, ends))
-        y = grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)
-        return torch.where(computed, y, 0.0)
+        h = self._hidden(grouped_linear(cast(x), cast(self.w_in), cast(self.b_in), expert, ends))
+        return grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)
 
     def _loop(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
         """One matmul pair per expert on its slice; the slice sizes are read to the host (a graph break)."""
@@ -382,8 +382,9 @@ class MixtureOfExperts(nn.Module):
             regroup = torch.argsort(sorted_expert, stable=True)  # the dropped join the padding at the end
             order, sorted_expert = order[regroup], sorted_expert[regroup]
         rows = row[order]
-        outputs = self.experts(tokens[rows], sorted_expert)  # [N*k, D], grouped by expert, 0 where not run
-        out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * gate[order, None]).to(tokens.dtype))
+        outputs = self.experts(tokens.index_select(0, rows), sorted_expert)  # [N*k, D], grouped by expert
+        weight = torch.where(sorted_expert < E, gate[order], 0.0)[:, None]  # 0: padding, over capacity
+        out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * weight).to(tokens.dtype))
 
         counts = counts[:E]
         if self.training and self.moe.bias_update_rate:
@@ -408,7 +409,7 @@ class MixtureOfExperts(nn.Module):
         taken = torch.ones_like(gate, dtype=torch.bool)  # [E, C]
         if real is not None:
             taken = taken & (torch.arange(capacity, device=tokens.device) < self.capacity(real.sum()))
-        outputs = self.experts.forward_batched(tokens[rows])  # [E, C, D]
+        outputs = self.experts.forward_batched(tokens.index_select(0, rows.reshape(-1)).view(*rows.shape, -1))
         values = (outputs * torch.where(taken, gate, 0.0)[..., None]).reshape(-1, tokens.shape[1])
         out = torch.zeros_like(tokens).index_add_(0, rows.reshape(-1), values.to(tokens.dtype))
 
