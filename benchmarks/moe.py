@@ -1,6 +1,6 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
-    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--compile] [--skip-model]
+    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds] [--skip-model]
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
    active parameters: E=8 top-2 width 768, E=64 top-8 width 192, E=128 top-8 width 96 (fine-grained). Per layout:
@@ -78,7 +78,7 @@ class SeedMixtureOfExperts(nn.Module):
         return sum(expert_outputs).reshape(batch_size, seq_length, hidden_dim)
 
 
-def layer_contenders(E: int, K: int, H: int, compile_: bool) -> dict[str, nn.Module]:
+def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool) -> dict[str, nn.Module]:
     def lab_moe(capacity, **moe):
         cfg = TransformerConfig(d_model=D, n_heads=6, n_layers=1, moe=dict(
             num_experts=E, top_k=K, expert_hidden=H, capacity_factor=capacity, **moe))
@@ -90,23 +90,24 @@ def layer_contenders(E: int, K: int, H: int, compile_: bool) -> dict[str, nn.Mod
         "lab MoE dropless": lab_moe(None),
         "lab MoE dropless, per-expert loop": lab_moe(None, dispatch="loop"),
         "lab MoE expert choice cap 1.0": lab_moe(1.0, router="expert_choice"),
-        "seeds' MoE loop cap 1.25": SeedMixtureOfExperts(D, E, H, K, 1.25),
     }
+    if seeds:
+        layers["seeds' MoE loop cap 1.25"] = SeedMixtureOfExperts(D, E, H, K, 1.25)
     if compile_:
         layers["dense FFN, compiled"] = torch.compile(make_ffn("gelu", D, K * H))
         layers["lab MoE cap 1.25, compiled"] = torch.compile(lab_moe(1.25), fullgraph=True)
     return layers
 
 
-def time_layer(layer: nn.Module, x: torch.Tensor, reps: int) -> float:
+def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_counter) -> float:
     """Seconds per forward+backward (mean over reps, after one warm-up)."""
     grad = torch.randn_like(x)
     for i in range(reps + 1):
         if i == 1:
-            start = time.perf_counter()
+            start = clock()
         x.grad = None
         layer(x).backward(grad)
-    return (time.perf_counter() - start) / reps
+    return (clock() - start) / reps
 
 
 def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int) -> float:
@@ -143,23 +144,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--compile", action="store_true", help="add torch.compile'd dense and MoE layers")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--no-seeds", action="store_true", help="leave out the seeds' (slow) per-expert loop")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
 
+    # wall: what a run sees; cpu: this process's CPU seconds, which other jobs on a loaded machine inflate far
+    # less (use it with --threads 1: with more threads it also counts the threads' spinning)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for E, K, H in LAYOUTS:
         torch.manual_seed(0)
-        layers = layer_contenders(E, K, H, args.compile)
+        layers = layer_contenders(E, K, H, args.compile, not args.no_seeds)
         x = torch.randn(B, T, D, requires_grad=True)
         best = {name: float("inf") for name in layers}
         for _ in range(args.rounds):
             for name, layer in layers.items():
-                best[name] = min(best[name], time_layer(layer, x, args.reps))
+                best[name] = min(best[name], time_layer(layer, x, args.reps, clock))
         dense = best[next(iter(layers))]
         print(f"\nE={E} top-{K} width {H}: one FFN layer, forward+backward, B={B} T={T} D={D} "
-              f"(best of {args.rounds} rounds x {args.reps} reps)")
+              f"(best of {args.rounds} rounds x {args.reps} reps, {args.clock} clock)")
         print(f"{'layer':<40} {'ms':>8} {'x dense':>8}")
         for name, seconds in best.items():
             print(f"{name:<40} {seconds * 1e3:>8.1f} {seconds / dense:>8.2f}")
