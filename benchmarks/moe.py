@@ -1,6 +1,6 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
-    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds] [--skip-model]
+    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds] [--skip-layers] [--skip-model]
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
    active parameters: E=8 top-2 width 768, E=64 top-8 width 192, E=128 top-8 width 96 (fine-grained). Per layout:
@@ -110,19 +110,20 @@ def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_cou
     return (clock() - start) / reps
 
 
-def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int) -> float:
+def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int,
+                            clock=time.perf_counter) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, vocab, (batch, seq + 1))
     for i in range(steps + 2):
         if i == 2:
-            start = time.perf_counter()
+            start = clock()
         logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
         aux = sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
         (loss + aux).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return steps * batch * seq / (time.perf_counter() - start)
+    return steps * batch * seq / (clock() - start)
 
 
 def experiment_model(name: str, vocab: int):
@@ -143,6 +144,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--skip-layers", action="store_true")
     parser.add_argument("--compile", action="store_true", help="add torch.compile'd dense and MoE layers")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--no-seeds", action="store_true", help="leave out the seeds' (slow) per-expert loop")
@@ -155,7 +157,7 @@ def main() -> None:
     # wall: what a run sees; cpu: this process's CPU seconds, which other jobs on a loaded machine inflate far
     # less (use it with --threads 1: with more threads it also counts the threads' spinning)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    for E, K, H in LAYOUTS:
+    for E, K, H in [] if args.skip_layers else LAYOUTS:
         torch.manual_seed(0)
         layers = layer_contenders(E, K, H, args.compile, not args.no_seeds)
         x = torch.randn(B, T, D, requires_grad=True)
@@ -177,7 +179,7 @@ def main() -> None:
     rates = dict.fromkeys(models, 0.0)
     for _ in range(args.rounds):
         for name, (model, batch, seq) in models.items():
-            rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps))
+            rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps, clock))
     print(f"\nwhole model training step (fwd+bwd+AdamW), vocab {vocab}, best of {args.rounds} rounds x {args.steps} steps")
     print(f"{'experiment':<16} {'total params':>13} {'active':>11} {'tokens/s':>9}")
     for name, (model, _, _) in models.items():
