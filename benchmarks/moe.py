@@ -181,10 +181,11 @@ def main() -> None:
         for name, (model, batch, seq) in models.items():
             rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps, clock))
     print(f"\nwhole model training step (fwd+bwd+AdamW), vocab {vocab}, best of {args.rounds} rounds x {args.steps} steps")
-    print(f"{'experiment':<16} {'total params':>13} {'active':>11} {'tokens/s':>9}")
+    print(f"{'experiment':<16} {'total params':>13} {'active':>11} {'tokens/s':>9} {'time x dense':>12}")
     for name, (model, _, _) in models.items():
         counts = count_parameters(model)
-        print(f"{name:<16} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f}")
+        slower = rates["gpt_small"] / rates[name]
+        print(f"{name:<16} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f} {slower:>12.2f}")
 
 
 if __name__ == "__main__":
