@@ -1,13 +1,17 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
-    python benchmarks/moe.py [--threads N] [--reps 5] [--rounds 3] [--steps 20] [--skip-model]
+    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--compile] [--skip-model]
 
-1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu):
-   - lab MoE, 8 experts of hidden 768, top-2 (capacity 1.25, and dropless)
-   - dense FFN of hidden 1536 (the same active parameters per token)
+1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
+   active parameters: E=8 top-2 width 768, E=64 top-8 width 192, E=128 top-8 width 96 (fine-grained). Per layout:
+   - dense FFN of hidden top_k x width (the same active parameters per token): the 1.00x line
+   - lab MoE, grouped_mm dispatch (the default on CPU): capacity 1.25, and dropless
+   - lab MoE, per-expert loop dispatch (model.moe.dispatch=loop), dropless: is the loop faster anywhere?
+   - lab MoE, expert choice (capacity 1.0)
    - the seeds' MixtureOfExperts (/work/shared/seeds, "LLM CodeBase" MoE section): per-expert masked loop,
      with its undefined `self.expert_capacity` fixed to the capacity it computes
-   Target: lab MoE <= 1.2x dense, and faster than the seeds' loop.
+   With --compile, also torch.compile (inductor) of the dense FFN and of lab MoE capacity 1.25.
+   Targets (issue 14): lab MoE <= 1.10x dense at E=8, <= 1.25x at E=64 and E=128, eager.
 2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs
    gpt_small (equal active parameters), vocabulary 4096 as their data gives.
 
@@ -29,7 +33,8 @@ from lab.nn.ffn import make_ffn
 from lab.nn.moe import make_moe
 from lab.nn.params import count_parameters
 
-B, T, D, E, K, H_EXPERT = 12, 256, 384, 8, 2, 768
+B, T, D = 12, 256, 384
+LAYOUTS = [(8, 2, 768), (64, 8, 192), (128, 8, 96)]  # (experts, top_k, expert width)
 
 
 class SeedMixtureOfExperts(nn.Module):
@@ -73,18 +78,24 @@ class SeedMixtureOfExperts(nn.Module):
         return sum(expert_outputs).reshape(batch_size, seq_length, hidden_dim)
 
 
-def layer_contenders() -> dict[str, nn.Module]:
-    def lab_moe(capacity):
+def layer_contenders(E: int, K: int, H: int, compile_: bool) -> dict[str, nn.Module]:
+    def lab_moe(capacity, **moe):
         cfg = TransformerConfig(d_model=D, n_heads=6, n_layers=1, moe=dict(
-            num_experts=E, top_k=K, expert_hidden=H_EXPERT, capacity_factor=capacity))
-        return make_moe(cfg, causal=True)
+            num_experts=E, top_k=K, expert_hidden=H, capacity_factor=capacity, **moe))
+        return make_moe(cfg, causal=moe.get("router") != "expert_choice").train()
 
-    return {
-        f"dense FFN hidden {K * H_EXPERT}": make_ffn("gelu", D, K * H_EXPERT),
-        f"lab MoE {E}x{H_EXPERT} top-{K} cap 1.25": lab_moe(1.25),
-        f"lab MoE {E}x{H_EXPERT} top-{K} dropless": lab_moe(None),
-        f"seeds' MoE loop {E}x{H_EXPERT} top-{K} cap 1.25": SeedMixtureOfExperts(D, E, H_EXPERT, K, 1.25),
+    layers = {
+        f"dense FFN hidden {K * H}": make_ffn("gelu", D, K * H),
+        "lab MoE cap 1.25": lab_moe(1.25),
+        "lab MoE dropless": lab_moe(None),
+        "lab MoE dropless, per-expert loop": lab_moe(None, dispatch="loop"),
+        "lab MoE expert choice cap 1.0": lab_moe(1.0, router="expert_choice"),
+        "seeds' MoE loop cap 1.25": SeedMixtureOfExperts(D, E, H, K, 1.25),
     }
+    if compile_:
+        layers["dense FFN, compiled"] = torch.compile(make_ffn("gelu", D, K * H))
+        layers["lab MoE cap 1.25, compiled"] = torch.compile(lab_moe(1.25), fullgraph=True)
+    return layers
 
 
 def time_layer(layer: nn.Module, x: torch.Tensor, reps: int) -> float:
@@ -127,28 +138,31 @@ def experiment_model(name: str, vocab: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="add torch.compile'd dense and MoE layers")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
 
-    torch.manual_seed(0)
-    layers = layer_contenders()
-    x = torch.randn(B, T, D, requires_grad=True)
-    best = {name: float("inf") for name in layers}
-    for _ in range(args.rounds):
-        for name, layer in layers.items():
-            best[name] = min(best[name], time_layer(layer, x, args.reps))
-    dense = best[next(iter(layers))]
-    print(f"\none FFN layer, forward+backward, B={B} T={T} D={D} (best of {args.rounds} rounds x {args.reps} reps)")
-    print(f"{'layer':<42} {'ms':>8} {'x dense':>8}")
-    for name, seconds in best.items():
-        print(f"{name:<42} {seconds * 1e3:>8.1f} {seconds / dense:>8.2f}")
+    for E, K, H in LAYOUTS:
+        torch.manual_seed(0)
+        layers = layer_contenders(E, K, H, args.compile)
+        x = torch.randn(B, T, D, requires_grad=True)
+        best = {name: float("inf") for name in layers}
+        for _ in range(args.rounds):
+            for name, layer in layers.items():
+                best[name] = min(best[name], time_layer(layer, x, args.reps))
+        dense = best[next(iter(layers))]
+        print(f"\nE={E} top-{K} width {H}: one FFN layer, forward+backward, B={B} T={T} D={D} "
+              f"(best of {args.rounds} rounds x {args.reps} reps)")
+        print(f"{'layer':<40} {'ms':>8} {'x dense':>8}")
+        for name, seconds in best.items():
+            print(f"{name:<40} {seconds * 1e3:>8.1f} {seconds / dense:>8.2f}")
 
     if args.skip_model:
         return

@@ -6,19 +6,25 @@ outputs are weighted by the gate and summed back into the token's position; a to
 (over capacity) gets 0 from the routed experts and passes through the residual unchanged. Optional
 shared experts see every token (DeepSeekMoE).
 
-Dispatch never loops over tokens: the (token, expert) assignments are sorted by expert so every expert
-runs one matmul on its contiguous slice (token choice) or one batched matmul over equal-sized groups
-(expert choice), and the results are combined with one index_add weighted by the gate.
+Dispatch (as torchtitan's and MegaBlocks' dropless MoE) has no loop over tokens or experts and no host
+synchronisation, so the whole layer compiles as one graph: the (token, expert) assignments are sorted by
+expert, assignments no expert computes (padding, over capacity) are moved to the end, and each projection
+is one grouped matrix multiply (torch.nn.functional.grouped_mm) over the contiguous per-expert groups. Expert
+choice has equal-sized groups and uses one batched matmul. The results are combined with one index_add
+weighted by the gate. Shapes are static: padding and drops are masks, never a data-dependent slice.
 
 Auxiliary losses, set on `aux_losses` after every forward, already weighted:
 - load_balance (Switch eq. 4): E * sum_i f_i * P_i, f_i = share of the token->expert assignments that chose
   expert i (before capacity), P_i = mean router probability of expert i, both over real tokens only.
   It equals exactly 1.0 when routing is perfectly uniform (f_i = 1/E) and reaches E when every token
-  goes to one expert; its minimum under balanced assignments is 1.0. Not used by expert choice
-  (balanced by construction).
+  goes to one expert. Not used by expert choice (balanced by construction). With load_balance_scope=global,
+  f is counted over the global batch (all-reduced over data-parallel ranks).
 - z_loss (ST-MoE eq. 5): mean over real tokens of logsumexp(router logits)^2; keeps logits small.
-`routing_stats` holds the unweighted values plus router entropy (nats, at most ln E), the dropped share
-and the per-expert token shares, for logging (lab.tasks.base.Task.aux_loss).
+Auxiliary-loss-free balancing (DeepSeek-V3): with bias_update_rate > 0 a per-expert bias, added to the
+scores for the top-k choice only (never to the gate), moves by the rate towards balance after every training
+forward: down for experts above the mean load, up for those below.
+`routing_stats` holds the unweighted values plus router entropy (nats, at most ln E), the dropped share,
+the per-expert token shares and the balancing bias, for logging (lab.tasks.base.Task.aux_loss).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import math
 from dataclasses import dataclass, fields
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -33,6 +40,9 @@ from lab.nn.config import FFN_KINDS, ConfigError, TransformerConfig
 from lab.nn.ffn import make_ffn
 
 ROUTERS = ("token_choice", "expert_choice")
+GATES = ("softmax", "sigmoid")
+SCOPES = ("local", "global")
+DISPATCHES = ("auto", "grouped_mm", "loop")
 
 
 @dataclass
@@ -48,6 +58,9 @@ class MoEConfig:
     """Always-on shared experts of width expert_hidden, run on every token (DeepSeekMoE)."""
     router: str = "token_choice"
     """token_choice | expert_choice (encoders only: an expert picking among all tokens sees the future)."""
+    gate: str = "softmax"
+    """Router score: softmax over experts (Switch, GShard) or sigmoid per expert (DeepSeek-V3), whose chosen
+    scores are then renormalised as `renormalize` says."""
     renormalize: bool | None = None
     """Rescale the chosen top-k gates to sum to 1. None: yes for top_k > 1; no for top_k = 1, where it would
     make every gate 1 and leave the router no gradient from the task loss (Switch keeps the raw probability)."""
@@ -59,7 +72,18 @@ class MoEConfig:
     capacity_factor_eval: float | None = 2.0
     """The same in eval mode (validation, test, generation); None: dropless."""
     load_balance_weight: float = 0.01
+    load_balance_scope: str = "local"
+    """local: f_i over this device's tokens (Switch); global: over the whole data-parallel batch (expert counts
+    all-reduced over the ranks every step; the same as local on one device)."""
     z_loss_weight: float = 0.001
+    bias_update_rate: float = 0.0
+    """Auxiliary-loss-free balancing (DeepSeek-V3, their gamma = 0.001): > 0 adds a per-expert bias to the
+    scores for expert selection only and moves it by this much after every training forward, towards the mean
+    load (counted over all data-parallel ranks). 0: off. Token choice only."""
+    dispatch: str = "auto"
+    """How experts run: grouped_mm (one grouped matmul per projection, no host sync, compiles), loop (one matmul
+    pair per expert, reads the group sizes to the host), auto: grouped_mm where the device and dtype support
+    it (CPU float32/bfloat16/float16, CUDA bfloat16 on sm80+), else loop."""
     every_n: int = 1
     """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
 
@@ -83,8 +107,10 @@ class MoEConfig:
             fail("num_experts", "need at least one expert")
         if not 1 <= self.top_k <= self.num_experts:
             fail("top_k", f"must be between 1 and num_experts={self.num_experts}")
-        if self.router not in ROUTERS:
-            fail("router", f"choose one of {', '.join(ROUTERS)}")
+        for name, choices in (("router", ROUTERS), ("gate", GATES), ("load_balance_scope", SCOPES),
+                              ("dispatch", DISPATCHES)):
+            if getattr(self, name) not in choices:
+                fail(name, f"choose one of {', '.join(choices)}")
         for name in ("capacity_factor", "capacity_factor_eval"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -97,9 +123,11 @@ class MoEConfig:
             fail("num_shared", "must be 0 or more")
         if not 0.0 <= self.jitter < 1.0:
             fail("jitter", "must be in [0, 1)")
-        for name in ("load_balance_weight", "z_loss_weight"):
+        for name in ("load_balance_weight", "z_loss_weight", "bias_update_rate"):
             if getattr(self, name) < 0:
                 fail(name, "must be >= 0")
+        if self.bias_update_rate and self.router == "expert_choice":
+            fail("bias_update_rate", "balances token-choice routing; expert choice is balanced by construction")
         if not 1 <= self.every_n <= n_layers:
             fail("every_n", f"must be between 1 and model.n_layers={n_layers}, or no layer would be MoE")
 
@@ -108,17 +136,74 @@ class MoEConfig:
         return (layer + 1) % self.every_n == 0
 
 
+def grouped_mm_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """Can torch.nn.functional.grouped_mm (forward and backward) run on this device in this dtype?"""
+    if device.type == "cpu":
+        return dtype in (torch.float32, torch.bfloat16, torch.float16)
+    if device.type == "cuda":
+        return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) >= (8, 0)
+    return False
+
+
+@torch.library.custom_op("lab::grouped_mm", mutates_args=())
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """torch._grouped_mm as an opaque op with its own shape function and backward: on CPU the kernel takes
+    float32, but the op's built-in fake implementation (what torch.compile traces with) accepts only bfloat16.
+    a [N, K] x b [E, K, M] -> [N, M] (row groups end at offs); a [K, N] x b [N, M] -> [E, K, M] (the weight
+    gradient: groups along N)."""
+    return torch._grouped_mm(a, b, offs=offs)
+
+
+@grouped_mm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    if b.dim() == 3:
+        return a.new_empty(a.shape[0], b.shape[-1])
+    return a.new_empty(offs.shape[0], a.shape[0], b.shape[1])
+
+
+def _grouped_mm_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _grouped_mm_backward(ctx, grad: torch.Tensor):
+    a, b, offs = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_a = grouped_mm(grad, b.transpose(1, 2), offs) if ctx.needs_input_grad[0] else None
+    grad_b = grouped_mm(a.t(), grad, offs) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None
+
+
+grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, expert: torch.Tensor,
+                   ends: torch.Tensor) -> torch.Tensor:
+    """x: [N, in], rows grouped by expert, group e ending at row ends[e]; weight: [E, out, in] -> [N, out].
+    Rows past ends[-1] are not computed (their values are undefined; the caller masks them)."""
+    out_features = weight.shape[1]
+    align = 16 // x.element_size()  # the kernels want every row to be a whole number of 16-byte units
+    pad_in, pad_out = -x.shape[1] % align, -out_features % align
+    if pad_in or pad_out:  # zero columns add nothing to the products
+        x, weight = F.pad(x, (0, pad_in)), F.pad(weight, (0, pad_in, 0, pad_out))
+    matmul = F.grouped_mm if x.is_cuda else grouped_mm  # CUDA's native op compiles as it is
+    y = matmul(x, weight.transpose(1, 2), offs=ends)[:, :out_features]
+    if bias is not None:
+        y = y + F.pad(bias, (0, 0, 0, 1))[expert]  # bias row E is 0: rows no expert computes
+    return y
+
+
 class Experts(nn.Module):
     """num_experts FFNs of one kind, their weights stacked into single tensors ([E, out, in], nn.Linear's
     layout, so expert e computes exactly what nn.Linear with weight[e] would). One tensor per matrix means an
     expert that gets no tokens in a step still belongs to a parameter that gets a gradient: DDP needs no
     find_unused_parameters."""
 
-    def __init__(self, num_experts: int, dim: int, hidden: int, kind: str, bias: bool, dropout: float = 0.0):
+    def __init__(self, num_experts: int, dim: int, hidden: int, kind: str, bias: bool, dropout: float = 0.0,
+                 dispatch: str = "auto"):
         super().__init__()
         if kind not in FFN_KINDS:
             raise ConfigError(f"model.ffn={kind!r} is not supported; choose one of {', '.join(FFN_KINDS)}")
-        self.kind, self.dropout = kind, dropout
+        self.kind, self.dropout, self.dispatch = kind, dropout, dispatch
         width_in = 2 * hidden if kind == "swiglu" else hidden  # swiglu: gate and up fused, as in lab.nn.ffn
         self.w_in = nn.Parameter(torch.empty(num_experts, width_in, dim))
         self.w_out = nn.Parameter(torch.empty(num_experts, dim, hidden))
@@ -152,26 +237,64 @@ class Experts(nn.Module):
             h = F.relu(h) if self.kind == "relu" else F.gelu(h, approximate="tanh")  # as lab.nn.ffn
         return F.dropout(h, self.dropout) if self.dropout and self.training else h
 
-    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """x: [K, D] sorted by expert, counts[e] rows for expert e -> [K, D]. One matmul pair per expert."""
+    def uses_grouped_mm(self, x: torch.Tensor) -> bool:
+        if self.dispatch != "auto":
+            return self.dispatch == "grouped_mm"
+        return grouped_mm_supported(x.device, compute_dtype(x)[0])
+
+    def forward(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+        """x: [N, D] rows sorted by expert; expert: [N] each row's expert, or E for a row no expert computes
+        (padding, over capacity), all of those at the end -> [N, D], 0 on those rows."""
+        if not self.uses_grouped_mm(x):
+            return self._loop(x, expert)
+        E = self.num_experts
+        ends = torch.searchsorted(expert, torch.arange(1, E + 1, device=x.device)).to(torch.int32)  # [E]
+        computed = (expert < E)[:, None]  # [N, 1]
+        dtype, autocast = compute_dtype(x)
+        cast = (lambda t: t.to(dtype) if t is not None else None) if autocast else (lambda t: t)
+        # rows past the groups come back from grouped_mm undefined, in the output and in the input's gradient:
+        # mask both ways
+        x = torch.where(computed, cast(x), 0.0)
+        h = self._hidden(grouped_linear(x, cast(self.w_in), cast(self.b_in), expert, ends))
+        y = grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)
+        return torch.where(computed, y, 0.0)
+
+    def _loop(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+        """One matmul pair per expert on its slice; the slice sizes are read to the host (a graph break)."""
+        counts = torch.bincount(expert, minlength=self.num_experts + 1)[: self.num_experts].tolist()
+        computed = sum(counts)
         # unbind once: its backward stacks the per-expert grads into one tensor (zeros for idle experts)
         w_in, w_out = self.w_in.unbind(0), self.w_out.unbind(0)
         b_in = self.b_in.unbind(0) if self.b_in is not None else [None] * len(counts)
         b_out = self.b_out.unbind(0) if self.b_out is not None else [None] * len(counts)
-        outputs = [
+        outputs = [  # idle experts too (empty slices), so every parameter is in the graph
             F.linear(self._hidden(F.linear(chunk, w_in[e], b_in[e])), w_out[e], b_out[e])
-            for e, chunk in enumerate(x.split(counts))
-            if counts[e]
+            for e, chunk in enumerate(x[:computed].split(counts))
         ]
-        return torch.cat(outputs) if outputs else x.new_zeros(0, x.shape[-1])
+        return torch.cat([*outputs, x.new_zeros(x.shape[0] - computed, x.shape[1])])
 
-    def forward_grouped(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_batched(self, x: torch.Tensor) -> torch.Tensor:
         """x: [E, C, D], C tokens per expert -> [E, C, D] with one batched matmul per projection."""
         h = torch.bmm(x, self.w_in.transpose(1, 2))  # [E, C, H]
         if self.b_in is not None:
             h = h + self.b_in[:, None, :]
         y = torch.bmm(self._hidden(h), self.w_out.transpose(1, 2))  # [E, C, D]
         return y + self.b_out[:, None, :] if self.b_out is not None else y
+
+
+def compute_dtype(x: torch.Tensor) -> tuple[torch.dtype, bool]:
+    """The dtype matmuls on x run in: autocast's where it is on (grouped_mm is not an autocast op), else x's."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type), True
+    return x.dtype, False
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over the data-parallel ranks (a no-op on one process)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = t.clone()
+        dist.all_reduce(t)
+    return t
 
 
 class MixtureOfExperts(nn.Module):
@@ -189,6 +312,8 @@ class MixtureOfExperts(nn.Module):
         self.router, self.experts, self.shared = router, experts, shared
         self.moe, self.causal = moe, causal
         self.renormalize = moe.renormalize if moe.renormalize is not None else moe.top_k > 1
+        if moe.bias_update_rate:  # saved with the model: it decides the routing
+            self.register_buffer("expert_bias", torch.zeros(experts.num_experts))
         self.aux_losses: dict[str, torch.Tensor] = {}
         self.routing_stats: dict[str, torch.Tensor] = {}
 
@@ -196,95 +321,142 @@ class MixtureOfExperts(nn.Module):
         """Routed-expert parameters a token does not pass through: all experts but its top_k."""
         return (self.experts.num_experts - self.moe.top_k) * self.experts.params_per_expert()
 
-    def capacity(self, tokens: int) -> int | None:
+    def capacity(self, tokens: int | torch.Tensor) -> int | torch.Tensor | None:
+        """Per-expert capacity for `tokens` real tokens (an int, or a tensor when padding makes it data)."""
         factor = self.moe.capacity_factor if self.training else self.moe.capacity_factor_eval
         if factor is None:
             return None
-        return min(tokens, math.ceil(factor * self.moe.top_k * tokens / self.experts.num_experts))
+        k, E = self.moe.top_k, self.experts.num_experts
+        if isinstance(tokens, int):
+            return min(tokens, math.ceil(factor * k * tokens / E))
+        return torch.minimum(tokens, torch.ceil(factor * k * tokens.double() / E).long())  # as above, on device
 
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D]; token_mask: [B, T] True on real tokens (padding is neither routed nor counted)."""
         B, T, D = x.shape
-        flat = x.reshape(B * T, D)
-        real = token_mask.reshape(-1).nonzero().squeeze(1) if token_mask is not None else None  # [M]
-        tokens = flat[real] if real is not None else flat  # [M, D]
-        out = torch.zeros_like(flat)  # [B*T, D]; tokens no expert takes stay 0 (pass through the residual)
-        if tokens.shape[0]:
-            route = self._expert_choice if self.moe.router == "expert_choice" else self._token_choice
-            rows, values = route(tokens)  # which token (index into `tokens`) gets which weighted expert output
-            out.index_add_(0, real[rows] if real is not None else rows, values.to(out.dtype))
-        else:  # no real token here: keep every parameter in the graph so DDP's gradient hooks still fire
-            out = out + 0.0 * sum(p.sum() for p in (*self.router.parameters(), *self.experts.parameters()))
-            self.aux_losses, self.routing_stats = {}, {}
-        out = out.view(B, T, D)
+        tokens = x.reshape(B * T, D)
+        real = token_mask.reshape(B * T) if token_mask is not None else None  # [N]
+        route = self._expert_choice if self.moe.router == "expert_choice" else self._token_choice
+        out = route(tokens, real).view(B, T, D)  # tokens no expert took stay 0 (pass through the residual)
         return out + self.shared(x) if self.shared is not None else out
 
-    def _router_probs(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[M, D] -> logits and probabilities [M, E], in float32 (routing decisions are precision-sensitive)."""
+    def _router_scores(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[N, D] -> logits and scores [N, E], at least float32 (routing decisions are precision-sensitive)."""
         if self.moe.jitter and self.training:
             tokens = tokens * torch.empty_like(tokens).uniform_(1.0 - self.moe.jitter, 1.0 + self.moe.jitter)
-        logits = self.router(tokens).float()
-        return logits, logits.softmax(dim=-1)
+        logits = self.router(tokens)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return logits, logits.sigmoid() if self.moe.gate == "sigmoid" else logits.softmax(dim=-1)
 
-    def _token_choice(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        M, E, k = tokens.shape[0], self.experts.num_experts, self.moe.top_k
-        logits, probs = self._router_probs(tokens)  # [M, E]
-        top_p, top_e = probs.topk(k, dim=-1)  # [M, k]
+    def _token_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+        N, E, k = tokens.shape[0], self.experts.num_experts, self.moe.top_k
+        device = tokens.device
+        logits, scores = self._router_scores(tokens)  # [N, E]
+        biased = scores + self.expert_bias if self.moe.bias_update_rate else scores  # the bias picks, never weighs
+        top_e = biased.topk(k, dim=-1).indices  # [N, k]
+        top_p = scores.gather(1, top_e)
         gates = top_p / top_p.sum(-1, keepdim=True) if self.renormalize else top_p
-        capacity = self.capacity(M)
+        if real is not None:
+            top_e = top_e.masked_fill(~real[:, None], E)  # padding goes to "expert E", which never runs
+        n_real = real.sum() if real is not None else N
+        capacity = self.capacity(n_real)
         if capacity is None or self.causal:
             # token-major: among assignments to one expert, earlier tokens come first, so in a decoder no
             # token's drop depends on a later token of its sequence
-            expert, gate = top_e.reshape(-1), gates.reshape(-1)  # [M*k]
-            row = torch.arange(M, device=tokens.device).repeat_interleave(k)
+            expert, gate = top_e.reshape(-1), gates.reshape(-1)  # [N*k]
+            row = torch.arange(N, device=device).repeat_interleave(k)
             order = torch.argsort(expert, stable=True)
         else:
             # router priority (batch-prioritised routing, Riquelme et al. 2021): all first choices before any
             # second choice, and within a choice rank the more confident assignment first
-            expert, gate = top_e.t().reshape(-1), gates.t().reshape(-1)  # [k*M], choice-major
-            row = torch.arange(M, device=tokens.device).repeat(k)
-            choice = torch.arange(k, device=tokens.device).repeat_interleave(M)
+            expert, gate = top_e.t().reshape(-1), gates.t().reshape(-1)  # [k*N], choice-major
+            row = torch.arange(N, device=device).repeat(k)
+            choice = torch.arange(k, device=device).repeat_interleave(N)
             order = torch.argsort(-top_p.t().reshape(-1), stable=True)
             order = order[torch.argsort((expert * k + choice)[order], stable=True)]
-        counts = torch.bincount(expert, minlength=E)  # [E] assignments per expert, before capacity
+        counts = torch.zeros(E + 1, dtype=torch.long, device=device).scatter_add_(0, expert, torch.ones_like(expert))
+        sorted_expert = expert[order]  # [N*k] ascending; E (padding) last
         if capacity is not None:
-            group_start = counts.cumsum(0) - counts
-            rank_in_expert = torch.arange(M * k, device=tokens.device) - group_start[expert[order]]
-            order = order[rank_in_expert < capacity]
-            kept = counts.clamp(max=capacity)
-        else:
-            kept = counts
-        outputs = self.experts(tokens[row[order]], kept.tolist())  # [K, D], grouped by expert
-        fraction = counts.float() / (M * k)
-        self._record(logits, probs, fraction, dropped=1.0 - kept.sum().float() / (M * k))
-        return row[order], outputs * gate[order, None]
+            rank_in_expert = torch.arange(N * k, device=device) - (counts.cumsum(0) - counts)[sorted_expert]
+            sorted_expert = sorted_expert.masked_fill(rank_in_expert >= capacity, E)  # over capacity: not run
+            regroup = torch.argsort(sorted_expert, stable=True)  # the dropped join the padding at the end
+            order, sorted_expert = order[regroup], sorted_expert[regroup]
+        rows = row[order]
+        outputs = self.experts(tokens[rows], sorted_expert)  # [N*k, D], grouped by expert, 0 where not run
+        out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * gate[order, None]).to(tokens.dtype))
 
-    def _expert_choice(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        M, E = tokens.shape[0], self.experts.num_experts
-        logits, probs = self._router_probs(tokens)  # [M, E]
-        gate, rows = probs.t().topk(self.capacity(M), dim=-1)  # [E, C]: each expert's C best tokens
-        outputs = self.experts.forward_grouped(tokens[rows])  # [E, C, D]
-        taken = torch.zeros(M, device=tokens.device).index_fill_(0, rows.reshape(-1), 1.0)
-        fraction = torch.full((E,), 1.0 / E, device=tokens.device)
-        self._record(logits, probs, fraction, dropped=1.0 - taken.mean())
-        return rows.reshape(-1), (outputs * gate[..., None]).reshape(-1, tokens.shape[1])
+        counts = counts[:E]
+        if self.training and self.moe.bias_update_rate:
+            self._update_bias(counts)
+        assignments = n_real * k
+        kept = (sorted_expert < E).sum()
+        self._record(logits, scores, real, counts, dropped=(assignments - kept) / max_one(assignments))
+        return out
 
-    def _record(self, logits: torch.Tensor, probs: torch.Tensor, fraction: torch.Tensor, dropped) -> None:
-        """Aux losses (weighted, in the graph) and routing statistics (detached) of this forward."""
-        z_loss = torch.logsumexp(logits, dim=-1).square().mean()
+    @torch.no_grad()
+    def _update_bias(self, counts: torch.Tensor) -> None:
+        """DeepSeek-V3's update: overloaded experts' bias down by the rate, underloaded ones' up (global load)."""
+        load = all_reduce_sum(counts.float())
+        self.expert_bias += self.moe.bias_update_rate * torch.sign(load.mean() - load)
+
+    def _expert_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+        N = tokens.shape[0]
+        logits, scores = self._router_scores(tokens)  # [N, E]
+        capacity = self.capacity(N)  # the static size; with padding the real capacity (a tensor) masks it
+        ranking = scores.masked_fill(~real[:, None], -1.0) if real is not None else scores  # padding last
+        gate, rows = ranking.t().topk(capacity, dim=-1)  # [E, C]: each expert's C best tokens
+        taken = torch.ones_like(gate, dtype=torch.bool)  # [E, C]
+        if real is not None:
+            taken = taken & (torch.arange(capacity, device=tokens.device) < self.capacity(real.sum()))
+        outputs = self.experts.forward_batched(tokens[rows])  # [E, C, D]
+        values = (outputs * torch.where(taken, gate, 0.0)[..., None]).reshape(-1, tokens.shape[1])
+        out = torch.zeros_like(tokens).index_add_(0, rows.reshape(-1), values.to(tokens.dtype))
+
+        experts_per_token = torch.zeros(N, device=tokens.device).index_add_(0, rows.reshape(-1), taken.reshape(-1).float())
+        untaken = experts_per_token == 0
+        n_real = N
+        if real is not None:
+            untaken, n_real = untaken & real, real.sum()
+        self._record(logits, scores, real, counts=taken.sum(-1), dropped=untaken.sum() / max_one(n_real))
+        return out
+
+    def _record(self, logits: torch.Tensor, scores: torch.Tensor, real: torch.Tensor | None, counts: torch.Tensor,
+                dropped: torch.Tensor) -> None:
+        """Aux losses (weighted, in the graph) and routing statistics (detached) of this forward, over real
+        tokens. counts: [E] assignments per expert (token choice: before capacity)."""
+        probs = scores if self.moe.gate == "softmax" else scores / scores.sum(-1, keepdim=True)  # [N, E]
+
+        def mean_over_real(v: torch.Tensor) -> torch.Tensor:  # [N, ...] -> [...]; where, not *: padding may be inf
+            if real is None:
+                return v.mean(0)
+            mask = real.view(-1, *[1] * (v.dim() - 1))
+            return torch.where(mask, v, 0.0).sum(0) / max_one(real.sum())
+
+        z_loss = mean_over_real(torch.logsumexp(logits, dim=-1).square())
         losses = {"z_loss": (z_loss, self.moe.z_loss_weight)}
+        fraction = counts.float() / max_one(counts.sum())
         if self.moe.router == "token_choice":
-            load_balance = self.experts.num_experts * (fraction * probs.mean(0)).sum()
+            if self.moe.load_balance_scope == "global":
+                global_counts = all_reduce_sum(counts.float())
+                fraction = global_counts / max_one(global_counts.sum())
+            load_balance = self.experts.num_experts * (fraction * mean_over_real(probs)).sum()
             losses["load_balance"] = (load_balance, self.moe.load_balance_weight)
         self.aux_losses = {name: weight * value for name, (value, weight) in losses.items() if weight}
         with torch.no_grad():
-            entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+            entropy = mean_over_real(-(probs * probs.clamp(min=1e-30).log()).sum(-1))
             self.routing_stats = {
                 **{name: value.detach() for name, (value, _) in losses.items()},
                 "entropy": entropy,
-                "dropped": torch.as_tensor(dropped).detach(),
+                "dropped": torch.as_tensor(dropped, dtype=torch.float32).detach(),
                 "expert_fraction": fraction.detach(),
             }
+            if self.moe.bias_update_rate:
+                self.routing_stats["bias"] = self.expert_bias.clone()
+
+
+def max_one(n: int | torch.Tensor) -> int | torch.Tensor:
+    """A count as a denominator: at least 1 (a batch of padding only has no real token)."""
+    return n.clamp(min=1) if isinstance(n, torch.Tensor) else max(n, 1)
 
 
 def make_moe(cfg: TransformerConfig, causal: bool) -> MixtureOfExperts:
@@ -293,7 +465,7 @@ def make_moe(cfg: TransformerConfig, causal: bool) -> MixtureOfExperts:
     shared = make_ffn(cfg.ffn, cfg.d_model, moe.num_shared * hidden, cfg.bias, cfg.dropout) if moe.num_shared else None
     return MixtureOfExperts(
         router=nn.Linear(cfg.d_model, moe.num_experts, bias=False),
-        experts=Experts(moe.num_experts, cfg.d_model, hidden, cfg.ffn, cfg.bias, cfg.dropout),
+        experts=Experts(moe.num_experts, cfg.d_model, hidden, cfg.ffn, cfg.bias, cfg.dropout, moe.dispatch),
         moe=moe,
         causal=causal,
         shared=shared,  # n shared experts = one FFN n times as wide (the sum of their outputs, fused)

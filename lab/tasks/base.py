@@ -75,8 +75,9 @@ class Task(L.LightningModule):
 
     def log_routing(self, stage: str) -> None:
         """Per MoE layer, under `<stage>/moe/<layer>/`: load_balance and z_loss (unweighted), router entropy
-        (nats), dropped (share of token->expert assignments over capacity) and expert_<i> (share of the
-        assignments routed to expert i, one CSV column each). In training, every log_every_n_steps, the
+        (nats), dropped (share of token->expert assignments over capacity), expert_<i> (share of the
+        assignments routed to expert i, one CSV column each) and, with auxiliary-loss-free balancing, bias_<i>
+        (expert i's selection bias). In training, every log_every_n_steps, the
         expert shares also go to W&B as a histogram over experts (one bar per expert, a heat map over steps)."""
         layers = self.routing_layers()
         if not layers:
@@ -86,6 +87,8 @@ class Task(L.LightningModule):
             for key, value in stats.items():
                 if key == "expert_fraction":
                     metrics.update({f"{stage}/moe/{layer}/expert_{i}": v for i, v in enumerate(value)})
+                elif value.dim() == 1:  # per-expert values, e.g. the balancing bias: bias_<i>
+                    metrics.update({f"{stage}/moe/{layer}/{key}_{i}": v for i, v in enumerate(value)})
                 else:
                     metrics[f"{stage}/moe/{layer}/{key}"] = value
         self.log_dict(metrics)

@@ -1,0 +1,82 @@
+"""MoE compiles as one graph (torch.compile(fullgraph=True) raises on any graph break, e.g. a host read of
+the per-expert counts) and the compiled layer and model compute what eager does, forward and backward.
+
+The default tests use the aot_eager backend: Dynamo's capture and AOTAutograd's forward/backward graphs (with
+the fake shapes of every op) are what can break; inductor's code generation adds minutes of C++ compilation
+on CPU and is exercised by the slow test and benchmarks/moe.py --compile.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lab.models.gpt import GPT
+from lab.nn import TransformerConfig
+from lab.nn.moe import make_moe
+
+D = 16
+LAYERS = {  # id: (moe settings, causal)
+    "token-choice-capacity-decoder": (dict(num_experts=4, top_k=2, capacity_factor=0.75), True),
+    "token-choice-capacity-encoder": (dict(num_experts=4, top_k=2, capacity_factor=0.75), False),
+    "token-choice-dropless-sigmoid-bias": (
+        dict(num_experts=4, top_k=2, capacity_factor=None, gate="sigmoid", bias_update_rate=0.01),
+        True,
+    ),
+    "expert-choice": (dict(num_experts=4, top_k=2, router="expert_choice", capacity_factor=0.75), False),
+}
+
+
+def compiled_equals_eager(moe: dict, causal: bool, backend: str) -> None:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=D, n_heads=2, n_layers=1, d_ff=32, moe=moe)
+    eager = make_moe(cfg, causal).train()
+    with torch.no_grad():
+        for p in eager.parameters():
+            p.normal_(0.0, 0.5)
+    compiled = make_moe(cfg, causal).train()
+    compiled.load_state_dict(eager.state_dict())
+    step = torch.compile(compiled, fullgraph=True, backend=backend)
+    x = torch.randn(2, 9, D)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False  # padding: the real capacity is data, not a shape
+    for _ in range(2):  # the second call reuses the graph (and sees the bias the first one moved)
+        xs = [x.clone().requires_grad_() for _ in range(2)]
+        ys = [eager(xs[0], mask), step(xs[1], mask)]
+        torch.testing.assert_close(ys[1], ys[0], rtol=1e-5, atol=1e-6)
+        aux = [sum(m.aux_losses.values()) for m in (eager, compiled)]
+        for y, a in zip(ys, aux):
+            (y.square().sum() + a).backward()
+        torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
+        for key, value in eager.routing_stats.items():
+            torch.testing.assert_close(compiled.routing_stats[key], value, msg=key)
+
+
+@pytest.mark.parametrize("moe,causal", LAYERS.values(), ids=LAYERS.keys())
+def test_moe_block_compiles_as_one_graph_forward_and_backward(moe, causal):
+    compiled_equals_eager(moe, causal, backend="aot_eager")
+
+
+def test_whole_moe_gpt_compiles_as_one_graph_forward_and_backward():
+    torch.manual_seed(0)
+    kw = dict(vocab_size=40, d_model=D, n_heads=2, n_layers=2, max_seq_len=12, moe=dict(num_experts=4, top_k=2))
+    eager = GPT(**kw)
+    compiled = GPT(**kw)
+    compiled.load_state_dict(eager.state_dict())
+    step = torch.compile(compiled, fullgraph=True, backend="aot_eager")
+    ids = torch.randint(0, 40, (3, 12))
+    losses = []
+    for model in (eager, step):
+        loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0])
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_moe_block_compiles_with_inductor():
+    compiled_equals_eager(*LAYERS["token-choice-capacity-encoder"], backend="inductor")
