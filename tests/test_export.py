@@ -49,6 +49,8 @@ CASES = {
     "gpt2-bpe-untied-nobias": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "bias": False, "tie_embeddings": False}),
     "llama-bpe": ("LlamaForCausalLM", "bpe", LLAMA_LAYOUT),
     "llama-char-bias": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "bias": True}),
+    "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
+        "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }
 
 
@@ -248,7 +250,9 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({"positions": "sinusoidal", "norm": "layernorm", "ffn": "gelu"}, "model.positions=learned"),
     ({"positions": "rotary", "norm": "rmsnorm", "ffn": "swiglu", "norm_placement": "post"}, "model.norm_placement=pre"),
     ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=False"),
-], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings"])
+    ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
+    ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
+], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.export import bert, gpt2, llama, marian, tokenizer
+from lab.runtime.export import bert, gpt2, llama, marian, mixtral, tokenizer
 
 log = logging.getLogger("lab")
 
 # (class name, module), tried in order, per kind of lab model.
-LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama))
+LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral))
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian),)
 MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
@@ -32,7 +32,9 @@ def pick_family(model, families):
         if not missing:
             return name, family
         problems[name] = missing
-    nearest = min(problems, key=lambda n: len(problems[n]))
+    # adding or removing the mixture of experts is a bigger change than any setting: count it as several
+    distance = lambda n: sum(5 if m.startswith(("model.moe=None", "model.moe (")) else 1 for m in problems[n])  # noqa: E731
+    nearest = min(problems, key=distance)
     raise LabError(
         f"no Hugging Face class reproduces this model exactly; nearest: {nearest}, which needs "
         + "; ".join(problems[nearest])

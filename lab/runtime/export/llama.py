@@ -23,13 +23,14 @@ def rotary_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, hd, *w.shape[1:])[:, order].reshape(w.shape)
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
+def backbone(model) -> dict:
+    """Embeddings, attention, norms and the output layer (everything but the feed-forward blocks)."""
     cfg = model.cfg
     D, H = cfg.d_model, cfg.n_heads
     s = {"model.embed_tokens.weight": model.embed.tokens.weight}
     for i, block in enumerate(model.decoder.layers):
         p = f"model.layers.{i}."
-        attn, ffn = block.self_attn, block.ffn
+        attn = block.self_attn
         q, k, v = attn.qkv_proj.weight.split(D)
         s[p + "self_attn.q_proj.weight"], s[p + "self_attn.k_proj.weight"] = rotary_to_half(q, H), rotary_to_half(k, H)
         s[p + "self_attn.v_proj.weight"], s[p + "self_attn.o_proj.weight"] = v, attn.out_proj.weight
@@ -37,20 +38,33 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
             qb, kb, vb = attn.qkv_proj.bias.split(D)
             s[p + "self_attn.q_proj.bias"], s[p + "self_attn.k_proj.bias"] = rotary_to_half(qb, H), rotary_to_half(kb, H)
             s[p + "self_attn.v_proj.bias"], s[p + "self_attn.o_proj.bias"] = vb, attn.out_proj.bias
-        gate, up = ffn.gate_up.weight.split(cfg.d_ff)  # lab: silu(first half) * second half
-        s[p + "mlp.gate_proj.weight"], s[p + "mlp.up_proj.weight"], s[p + "mlp.down_proj.weight"] = gate, up, ffn.down.weight
-        if cfg.bias:
-            gb, ub = ffn.gate_up.bias.split(cfg.d_ff)
-            s[p + "mlp.gate_proj.bias"], s[p + "mlp.up_proj.bias"], s[p + "mlp.down_proj.bias"] = gb, ub, ffn.down.bias
         s[p + "input_layernorm.weight"], s[p + "post_attention_layernorm.weight"] = block.norm_attn.weight, block.norm_ffn.weight
     s["model.norm.weight"] = model.decoder.final_norm.weight
     s["lm_head.weight"] = model.lm_head.weight
-    config = {
-        "model_type": "llama", "hidden_size": D, "intermediate_size": cfg.d_ff, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": H, "num_key_value_heads": H, "head_dim": D // H, "hidden_act": "silu",
+    return s
+
+
+def backbone_config(model) -> dict:
+    cfg = model.cfg
+    return {
+        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": RMS_EPS,
         "rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-        "attention_bias": bool(cfg.bias), "mlp_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
+        "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
         "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
+
+
+def convert(model, meta: dict) -> tuple[dict, dict]:
+    cfg = model.cfg
+    s = backbone(model)
+    for i, block in enumerate(model.decoder.layers):
+        p, ffn = f"model.layers.{i}.mlp.", block.ffn
+        gate, up = ffn.gate_up.weight.split(cfg.d_ff)  # lab: silu(first half) * second half
+        s[p + "gate_proj.weight"], s[p + "up_proj.weight"], s[p + "down_proj.weight"] = gate, up, ffn.down.weight
+        if cfg.bias:
+            gb, ub = ffn.gate_up.bias.split(cfg.d_ff)
+            s[p + "gate_proj.bias"], s[p + "up_proj.bias"], s[p + "down_proj.bias"] = gb, ub, ffn.down.bias
+    config = {"model_type": "llama", "intermediate_size": cfg.d_ff, "mlp_bias": bool(cfg.bias), **backbone_config(model)}
     return config, s
