@@ -86,11 +86,11 @@ def train(cfg: DictConfig) -> float | None:
     pin_child_processes_to_job()
     try:
         with job_processes():
-            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # no code from a file
             metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             if cfg.get("test") and not trainer.fast_dev_run:
                 best = "best" if trainer.checkpoint_callback else None
-                results = trainer.test(task, datamodule=datamodule, ckpt_path=best)
+                results = trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             if hasattr(task, "log_samples") and task.samples:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
