@@ -39,10 +39,12 @@ def train(cfg: DictConfig) -> float | None:
 
     from lab.models import build_model  # noqa: PLC0415
     from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
+    from lab.runtime.config_checks import check_config  # noqa: PLC0415
     from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
     out_dir = Path(cfg.paths.output_dir)
