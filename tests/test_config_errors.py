@@ -17,7 +17,7 @@ from omegaconf import open_dict
 
 BASE = ["+experiment=gpt_nano_char", "logger.wandb.mode=disabled", "callbacks.progress=null"]
 # id -> (overrides, what the error line must contain). Overrides are added to BASE unless they choose their
-# own experiment (the first item starts with +experiment=).
+# own experiment (the first item names one).
 CASES = {
     # Hydra's own composition and parse errors, translated
     "unknown-experiment": (["+experiment=nope"], "experiment=nope: no such option in conf/experiment/; available: "),
@@ -89,16 +89,21 @@ CLI_CASES = ["unknown-experiment", "unknown-model-key", "lr-negative", "missing-
 
 def overrides(case: str) -> list[str]:
     args, _ = CASES[case]
-    return args if args[0].startswith("+experiment=") else [*BASE, *args]
+    return args if args[0].startswith(("+experiment=", "experiment=")) else [*BASE, *args]
 
 
-# Runs lab.train's entry point once per case in this one process: sys.argv as the shell would give it,
-# stderr captured, SystemExit's code recorded, LAB_RUNS_DIR per case.
+# Runs lab.train's entry point once per case in this one process, as `python -m lab.train` would: sys.argv as
+# the shell would give it, stderr captured, SystemExit's code recorded, LAB_RUNS_DIR per case.
 RUNNER = r"""
-import contextlib, io, json, os, sys, traceback
+import contextlib, io, json, os, runpy, sys, traceback
 from pathlib import Path
 from hydra.core.global_hydra import GlobalHydra
-import lab.train
+import lab.runtime.loggers
+decide_wandb = lab.runtime.loggers.decide_wandb
+def stop_after_the_checks(cfg):  # the last check before data; a case that gets past it is not refused
+    decide_wandb(cfg)
+    raise SystemExit("passed every check")
+lab.runtime.loggers.decide_wandb = stop_after_the_checks
 cases, root = json.loads(sys.argv[1]), Path(sys.argv[2])
 results = {}
 for case, args in cases.items():
@@ -107,7 +112,7 @@ for case, args in cases.items():
     err, code = io.StringIO(), 0
     with contextlib.redirect_stderr(err):
         try:
-            lab.train.main()
+            runpy.run_module("lab.train", run_name="__main__")  # as `python -m lab.train` (Hydra finds conf/)
         except SystemExit as e:
             code = e.code
         except BaseException:
