@@ -109,6 +109,7 @@ def hydra_error_line(e: BaseException) -> str | None:
     """Hydra's multi-line report of a bad command line as one line saying what and how to fix it (None:
     not a command-line mistake)."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
 
     text = str(e).strip()
     if isinstance(e, MissingConfigException) and e.options is not None:
@@ -135,6 +136,9 @@ def hydra_error_line(e: BaseException) -> str | None:
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
         cause = e.__cause__
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
+    if isinstance(e, OmegaConfBaseException):  # e.g. the run directory's ${name} pointing at a missing key
+        key = getattr(e, "full_key", None) or "a config value"
+        return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
     return None
 
 
