@@ -1,4 +1,7 @@
 """User-facing errors: raised for mistakes a user can fix, printed as one message without a traceback."""
+from __future__ import annotations
+
+import re
 
 
 class LabError(Exception):
@@ -7,3 +10,24 @@ class LabError(Exception):
 
 class DataError(LabError):
     """Missing, corrupt or unreadable data."""
+
+
+class UnsafeFileError(LabError):
+    """A file from elsewhere (checkpoint, cache) that would run code if it were unpickled: refused unread.
+
+    Raised when torch.load(weights_only=True) meets a global it does not allow (the pickle names a callable
+    such as os.system); `found` is that global as torch reports it."""
+
+    def __init__(self, path, found: str):
+        super().__init__(f"{path} holds executable objects ({found}), not only tensors and plain data; lab "
+                         "refused to load it because unpickling it would run code. Use a checkpoint written by "
+                         "lab.train (or an HF export's model.safetensors) from a source you trust")
+
+    @classmethod
+    def from_load_error(cls, path, error: BaseException) -> UnsafeFileError | None:
+        """The refusal behind a torch.load(weights_only=True) error, or None when the file is merely damaged."""
+        text = str(error)
+        if "Weights only load failed" not in text:
+            return None
+        found = re.search(r"(?:GLOBAL|global) ([\w.]+)", text)
+        return cls(path, found.group(1) if found else "objects outside torch's allow-list")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from lab.data.reading import (
 )
 from lab.data.sources import PyPISdist, extract_once
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
-from lab.errors import DataError
+from lab.errors import DataError, UnsafeFileError
 
 VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -209,7 +210,14 @@ def tokenizer_from_checkpoint(path: str):
     p = Path(path).expanduser()
     if not p.is_file():
         raise DataError(f"data.tokenizer_from={path}: no such checkpoint; give the pretrained run's .ckpt")
-    meta = torch.load(p, map_location="cpu", weights_only=False).get("lab") or {}
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=True)  # someone else's file runs no code
+    except pickle.UnpicklingError as e:
+        refusal = UnsafeFileError.from_load_error(f"data.tokenizer_from={path}", e)
+        if refusal is None:
+            raise
+        raise refusal from None
+    meta = (ckpt.get("lab") if isinstance(ckpt, dict) else None) or {}
     if "tokenizer" not in meta:
         raise DataError(f"data.tokenizer_from={path} is not a lab checkpoint (no tokenizer inside)")
     return tokenizer_from_json(meta["tokenizer"])

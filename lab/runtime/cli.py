@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import re
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -43,17 +46,133 @@ def user_errors_exit(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _task_started.set()  # until it returns, errors are the task's own (not Hydra's parsing/composition)
         try:
             return fn(*args, **kwargs)
         except Exception as e:
             cause = user_error_in(e)
             if cause is None:
                 raise
-            log.error("%s", cause)
-            print(f"error: {cause}", file=sys.stderr)
-            sys.exit(2)
+            exit_with_error(str(cause))
+        finally:
+            _task_started.clear()  # the next job of a sweep is composed after this one
 
     return wrapper
+
+
+def exit_with_error(message: str, to_log: bool = True) -> None:
+    """One `error:` line on stderr (and in the run's log, when there is one) and exit code 2."""
+    if to_log:
+        log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---- Hydra's own parse and composition errors, in lab's one-line form ----
+
+_task_started = threading.Event()
+
+
+def _known_keys(path: list[str]) -> set[str]:
+    """Keys that exist at `path` (e.g. ["model"]) in any option of the conf/ tree: the group's files (and a
+    nested group's, e.g. task/scheduler), the primary configs and the experiments (global deltas)."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    candidates: list[tuple[Path, list[str]]] = [(f, path) for f in conf.glob("*.yaml")]
+    candidates += [(f, path) for f in (conf / "experiment").glob("*.yaml")]
+    for depth in range(1, len(path) + 1):
+        group = conf.joinpath(*path[:depth])
+        candidates += [(f, path[depth:]) for f in group.glob("*.yaml")] if group.is_dir() else []
+    keys: set[str] = set()
+    for file, rest in candidates:
+        try:
+            node = OmegaConf.load(file)
+        except Exception:
+            continue
+        for part in rest:
+            node = node.get(part) if OmegaConf.is_dict(node) else None
+        if OmegaConf.is_dict(node):
+            keys |= {str(k) for k in node if k != "defaults"}
+    if len(path) == 1 and (conf / path[0]).is_dir():
+        keys |= {p.stem for p in conf.glob("*") if p.is_dir()}
+    return keys
+
+
+def did_you_mean(word: str, choices, prefix: str = "") -> str:
+    """"; did you mean <closest choice>?" or "" (choices may carry a common prefix that word lacks)."""
+    import difflib  # noqa: PLC0415
+
+    close = difflib.get_close_matches(prefix + word, sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def hydra_error_line(e: BaseException) -> str | None:
+    """Hydra's multi-line report of a bad command line as one line saying what and how to fix it (None:
+    not a command-line mistake)."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+
+    text = str(e).strip()
+    if isinstance(e, MissingConfigException) and e.options is not None:
+        found = re.search(r"Could not find '([^']+)'", text)
+        where = found.group(1) if found else str(e.missing_cfg_file)
+        group, _, option = where.rpartition("/")
+        return (f"{group}={option}: no such option in conf/{group}/{did_you_mean(option, e.options)}; available: "
+                f"{', '.join(sorted(e.options))}")
+    if isinstance(e, OverrideParseException):
+        lines = text.splitlines()
+        return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
+    if isinstance(e, ConfigCompositionException):
+        found = re.search(r"Could not override '([^']+)'", text)
+        append = re.search(r"use (\+\S+)", text)
+        if found and "No match in the defaults list" in text:
+            return f"{found.group(1)} is not a config group of this command; {append.group(1) if append else ''} adds it"
+        if found:
+            key = found.group(1)
+            parent, _, leaf = key.rpartition(".")
+            prefix = f"{parent}." if parent else ""
+            hint = did_you_mean(leaf, {prefix + k for k in _known_keys(parent.split(".") if parent else [])}, prefix)
+            if hint:
+                return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
+            return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
+        cause = e.__cause__
+        return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
+    if isinstance(e, OmegaConfBaseException):  # e.g. the run directory's ${name} pointing at a missing key
+        key = getattr(e, "full_key", None) or "a config value"
+        return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
+    return None
+
+
+def _translating_run_and_report(original):
+    """Hydra's run_and_report, with command-line mistakes made before the task starts ending as one
+    `error:` line and exit 2 (HYDRA_FULL_ERROR=1 still shows Hydra's own report)."""
+
+    @functools.wraps(original)
+    def run_and_report(func):
+        def translated():
+            try:
+                return func()
+            except Exception as e:
+                if _task_started.is_set() or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                message = hydra_error_line(e)
+                if message is None:
+                    raise
+                exit_with_error(message, to_log=False)  # no run log yet; the logger would print it twice
+
+        return original(translated)
+
+    return run_and_report
+
+
+def _install_hydra_translation() -> None:
+    import hydra._internal.utils as hydra_utils  # noqa: PLC0415 - the function hydra.main reports errors with
+
+    if not getattr(hydra_utils.run_and_report, "lab_translates", False):
+        hydra_utils.run_and_report = _translating_run_and_report(hydra_utils.run_and_report)
+        hydra_utils.run_and_report.lab_translates = True
+
+
+_install_hydra_translation()
 
 
 def user_error_in(e: BaseException | None) -> BaseException | None:

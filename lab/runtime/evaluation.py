@@ -1,9 +1,13 @@
 """Re-run a checkpoint's test evaluation with the data and task settings it was trained with."""
 from __future__ import annotations
 
+import logging
+
 from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import LabError
+
+log = logging.getLogger("lab")
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
@@ -16,8 +20,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     ckpt = read_checkpoint(cfg.ckpt_path)
     meta = lab_metadata(ckpt, cfg.ckpt_path)
-    run_cfg = OmegaConf.merge(OmegaConf.create(meta["config"]),
-                              {"data": cfg.get("data") or {}, "task": cfg.get("task") or {}})
+    saved = OmegaConf.create(meta["config"])
+    if "cache_dir" in saved.get("data", {}):  # this machine's cache, never a directory named by the file
+        if saved.data.cache_dir != cfg.paths.cache_dir:
+            log.info("data.cache_dir: using %s (the checkpoint's run used %s)", cfg.paths.cache_dir, saved.data.cache_dir)
+        saved.data.cache_dir = cfg.paths.cache_dir
+    run_cfg = OmegaConf.merge(saved, {"data": cfg.get("data") or {}, "task": cfg.get("task") or {}})
     datamodule = instantiate(run_cfg.data)
     datamodule.prepare_data()
     datamodule.setup("test")

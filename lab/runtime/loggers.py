@@ -1,29 +1,59 @@
-"""Experiment loggers. W&B's mode is decided here, never by a prompt."""
+"""Experiment loggers. W&B's mode is decided here, never by a prompt, and a W&B outage never costs a run.
+
+Before any data is fetched, rank 0 asks the W&B server who the API key belongs to, waiting at most
+`probe_timeout` seconds (decide_wandb). An answer means online; a rejected key (HTTP 401) is one error line;
+no answer (no route, closed port, a proxy that swallows the request, an outage) means offline, with one
+warning line and the `wandb sync` command that uploads the run later, unless `require_online` asks for an
+error instead. Only then is `wandb.init` called, once, in the decided mode: lab never tries offline after a
+failed online `init` in the same process (W&B issue #9865: that second `init` times out too). Other DDP
+ranks never probe and never wait (Lightning gives them no W&B run), and finishing a run waits at most
+`finish_timeout` seconds for uploads (the rest stays on disk for `wandb sync`)."""
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import netrc
 import os
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlparse
 
 from lab.errors import LabError
 
 log = logging.getLogger("lab")
 MODES = ("online", "offline", "disabled")
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+USER_WANDB_MODE = os.environ.get("WANDB_MODE")  # the user's own setting, before lab writes its decision there
+_decided_runs: dict[str, str] = {}  # run directory -> mode decided for it (a sweep's jobs each get their own)
+
+
+def base_url() -> str:
+    return (os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def api_key() -> str | None:
+    """WANDB_API_KEY, else the key `wandb login` stored in ~/.netrc for the server's host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
+    try:
+        auth = netrc.netrc().authenticators(urlparse(base_url()).hostname or "")
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return None
+    return auth[2] if auth else None
 
 
 def has_wandb_credentials() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
+    return api_key() is not None
 
 
-def resolve_wandb_mode(mode: str | None) -> str:
-    """Explicit mode > WANDB_MODE > online if credentials exist > offline. Never asks."""
-    mode = mode or os.environ.get("WANDB_MODE")
+def resolve_wandb_mode(mode: str | None, env_mode: str | None = None) -> str:
+    """Explicit mode > WANDB_MODE (env_mode, default the environment's) > online if credentials exist > offline.
+    Never asks."""
+    mode = mode or (os.environ.get("WANDB_MODE") if env_mode is None else env_mode) or None
     if mode == "dryrun":
         mode = "offline"
     if mode is None:
@@ -33,6 +63,75 @@ def resolve_wandb_mode(mode: str | None) -> str:
     if mode not in MODES:
         raise LabError(f"logger.wandb.mode={mode!r} is not valid; choose one of {', '.join(MODES)} (or leave it null)")
     return mode
+
+
+def probe_server(url: str, key: str, timeout: float) -> tuple[int | None, str]:
+    """Ask W&B's GraphQL endpoint who `key` belongs to. -> (HTTP status, or None when there is no answer
+    within `timeout` seconds in all: refused, unresolvable, silent; why). Runs in a daemon thread, so a
+    server that accepts and never answers (or answers byte by byte) cannot hold the run longer."""
+    result: list[tuple[int | None, str]] = []
+
+    def ask():
+        request = urllib.request.Request(
+            f"{url}/graphql", data=json.dumps({"query": "query Viewer { viewer { id } }"}).encode(),
+            headers={"Content-Type": "application/json",
+                     "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode()})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                result.append((response.status, "answered"))
+        except urllib.error.HTTPError as e:
+            result.append((e.code, f"answered HTTP {e.code}"))
+        except Exception as e:  # URLError, timeouts, resets: all mean "no usable answer"
+            reason = getattr(e, "reason", e)
+            result.append((None, f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__))
+
+    thread = threading.Thread(target=ask, name="wandb-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return result[0] if result else (None, f"no answer within {timeout:g} s")
+
+
+def decide_mode(mode: str | None, require_online: bool, probe_timeout: float, sync_dir: str) -> str:
+    """The mode this run logs in: the configured one, with online checked against the server first."""
+    mode = resolve_wandb_mode(mode, USER_WANDB_MODE or "")  # not a decision an earlier job of a sweep wrote
+    if require_online and mode != "online":
+        why = "no API key was found (`wandb login`, or set WANDB_API_KEY)" if not has_wandb_credentials() else f"the mode is {mode}"
+        raise LabError(f"logger.wandb.require_online=true but {why}; log in, or set logger.wandb.require_online=false")
+    if mode != "online":
+        return mode
+    key, url = api_key(), base_url()
+    if key is None:
+        raise LabError("logger.wandb.mode=online but no W&B API key was found: run `wandb login` (or set WANDB_API_KEY), "
+                       "or use logger.wandb.mode=offline")
+    t0 = time.perf_counter()
+    status, why = probe_server(url, key, probe_timeout)
+    if status == 401:
+        raise LabError(f"W&B at {url} rejected the API key (HTTP 401): run `wandb login --relogin` with a valid key "
+                       "(or fix WANDB_API_KEY), or log offline with logger.wandb.mode=offline")
+    if status is not None and 200 <= status < 300:
+        return "online"
+    if require_online:
+        raise LabError(f"W&B at {url} cannot be reached ({why}) and logger.wandb.require_online=true; check the "
+                       "network (or WANDB_BASE_URL), or set logger.wandb.require_online=false to log offline")
+    log.warning("W&B: %s unreachable (%s, %.1f s); logging offline, training goes on. Upload later with: "
+                "wandb sync %s/wandb/offline-run-*", url, why, time.perf_counter() - t0, sync_dir)
+    return "offline"
+
+
+def decide_wandb(cfg) -> None:
+    """Decide the run's W&B mode before data is fetched (rank 0 only) and write it into the config, so the
+    logger, the saved config.yaml and DDP ranks (via WANDB_MODE) all follow this one decision."""
+    from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
+    from omegaconf import open_dict  # noqa: PLC0415
+
+    wb = (cfg.get("logger") or {}).get("wandb")
+    if wb is None or rank_zero_only.rank != 0:
+        return
+    mode = decide_mode(wb.get("mode"), bool(wb.get("require_online")), float(wb.get("probe_timeout", 5)), str(wb.save_dir))
+    with open_dict(wb):
+        wb.mode = mode
+    _decided_runs[str(wb.save_dir)] = mode
+    os.environ["WANDB_MODE"] = mode  # DDP ranks inherit the decision
 
 
 def sweep_settings(name: str | None) -> dict:
@@ -54,15 +153,27 @@ def sweep_settings(name: str | None) -> dict:
 
 
 def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,
-                 job_type: str = "train", tags=(), **kwargs):
-    """A Lightning WandbLogger in the resolved mode, or None when disabled (no run is created at all).
+                 job_type: str = "train", tags=(), save_dir: str = ".", require_online: bool = False,
+                 probe_timeout: float = 5.0, init_timeout: float = 60.0, finish_timeout: float = 60.0, **kwargs):
+    """A Lightning WandbLogger in the decided mode, or None when disabled (no run is created at all).
+    require_online: an unreachable server is an error instead of offline logging. probe_timeout: seconds to
+    wait for the server before logging offline. init_timeout / finish_timeout: W&B's own bounds on starting
+    the run and on uploading at its end (data not uploaded by then stays on disk for `wandb sync`).
     Inside a Hydra multirun: group (unless set) and name come from the sweep, its tags are added (sweep_settings)."""
-    mode = resolve_wandb_mode(mode)
+    from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
+
+    if save_dir in _decided_runs:
+        mode = _decided_runs[save_dir]
+    elif rank_zero_only.rank == 0:  # built without lab.train's early decision: decide now
+        mode = decide_mode(mode, require_online, probe_timeout, save_dir)
+    else:
+        mode = resolve_wandb_mode(mode)
     if mode == "disabled":
         return None
     os.environ["WANDB_MODE"] = mode  # DDP ranks and sweep jobs inherit the decision
     os.environ.setdefault("WANDB_SILENT", "true")
-    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415 - after WANDB_* are set
+    import wandb  # noqa: PLC0415 - after WANDB_* are set
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
 
     sweep = sweep_settings(name)
     if sweep:
@@ -70,15 +181,24 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
         job_type = sweep["job_type"] if job_type == "train" else job_type
         tags = [*tags, *sweep["tags"]]
         name = sweep["name"]
-    return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), **kwargs)
+    settings = wandb.Settings(init_timeout=init_timeout, finish_timeout=finish_timeout)
+    return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), save_dir=save_dir,
+                       settings=settings, **kwargs)
 
 
 def finish_loggers(loggers: list) -> None:
     """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
-    the same process would otherwise log into it instead of starting its own run."""
+    the same process would otherwise log into it instead of starting its own run. Bounded by the run's
+    finish_timeout; what did not upload by then is on disk, and the line says how to upload it."""
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     for logger in loggers:
         if isinstance(logger, WandbLogger) and rank_zero_only.rank == 0 and logger._experiment is not None:
-            logger.experiment.finish()
+            run = logger.experiment
+            limit, online, run_dir = float(run.settings.finish_timeout or 0), run.settings.mode == "online", Path(run.dir).parent
+            t0 = time.perf_counter()
+            run.finish()
+            if limit and online and time.perf_counter() - t0 >= limit:
+                log.warning("W&B: uploads did not finish within %g s (logger.wandb.finish_timeout); the rest is on "
+                            "disk, upload it with: wandb sync %s", limit, run_dir)

@@ -40,11 +40,14 @@ def train(cfg: DictConfig) -> float | None:
 
     from lab.models import build_model  # noqa: PLC0415
     from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
-    from lab.runtime.loggers import finish_loggers  # noqa: PLC0415
+    from lab.runtime.config_checks import check_config  # noqa: PLC0415
+    from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
+    decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
     out_dir = Path(cfg.paths.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank != 0:  # DDP/FSDP children: warnings and errors only, rank 0 reports
@@ -90,11 +93,11 @@ def train(cfg: DictConfig) -> float | None:
     pin_child_processes_to_job()
     try:
         with job_processes():
-            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # no code from a file
             metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             if cfg.get("test") and not trainer.fast_dev_run:
                 best = "best" if trainer.checkpoint_callback else None
-                results = trainer.test(task, datamodule=datamodule, ckpt_path=best)
+                results = trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             if hasattr(task, "log_samples") and task.samples:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs

@@ -1,0 +1,160 @@
+"""A W&B outage never costs a run (issue 18), on loopback only: a closed port and a server that accepts
+connections and never answers both mean offline logging with one warning line, the exact `wandb sync`
+command and at most ~10 s more than an offline run; a server answering 401 is one error line before any
+data is fetched; require_online turns unreachable into an error."""
+from __future__ import annotations
+
+import glob
+import http.server
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY_LM, run_module
+
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 characters, like a real key
+RUN = [a for a in TINY_LM if not a.startswith(("logger.wandb", "trainer.max_steps", "trainer.val_check_interval"))] + [
+    "trainer.max_steps=4", "trainer.val_check_interval=2", "callbacks.progress=null"]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when this returns: connecting is refused
+
+
+@pytest.fixture
+def silent_server():
+    """Completes TCP handshakes (the kernel's backlog) and never reads or answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.fixture
+def unauthorized_server():
+    """Answers every request the way W&B answers a wrong API key."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"errors": [{"message": "user is not logged in"}]}')
+
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def wandb_env(port: int) -> dict:
+    return {"WANDB_API_KEY": FAKE_KEY, "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_MODE": ""}
+
+
+def timed(module: str, args: list[str], runs, env: dict | None = None):
+    t0 = time.perf_counter()
+    out = run_module(module, args, runs, env=env)
+    return out, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def offline_seconds(tmp_path_factory):
+    """Wall time of the same run with logger.wandb.mode=offline (the bound's reference)."""
+    out, seconds = timed("lab.train", [*RUN, "logger.wandb.mode=offline"], tmp_path_factory.mktemp("offline"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return seconds
+
+
+def assert_offline_runs(out, jobs: int) -> None:
+    """Exit 0; per job one warning line whose `wandb sync` command names exactly one offline W&B run that
+    holds the run's logged metrics."""
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    warnings = [line for line in text.splitlines() if "W&B:" in line and "unreachable" in line]
+    assert len(warnings) == jobs, warnings
+    for line in warnings:
+        pattern = re.search(r"Upload later with: wandb sync (\S+)$", line).group(1)
+        (offline,) = glob.glob(pattern)  # the command's glob names this job's one offline run
+        (record,) = glob.glob(f"{offline}/*.wandb")
+        data = Path(record).read_bytes()
+        assert b"train/loss" in data and b"val/loss" in data
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("server", ["closed-port", "silent-server"])
+def test_unreachable_server_logs_offline_and_trains(tmp_path, server, request, offline_seconds):
+    port = closed_port() if server == "closed-port" else request.getfixturevalue("silent_server")
+    out, seconds = timed("lab.train", RUN, tmp_path, env=wandb_env(port))
+    assert_offline_runs(out, jobs=1)
+    assert seconds <= offline_seconds + 10, (seconds, offline_seconds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", ["closed-port", "silent-server"])
+def test_unreachable_server_in_a_two_job_sweep(tmp_path, server, request, offline_seconds):
+    port = closed_port() if server == "closed-port" else request.getfixturevalue("silent_server")
+    out, seconds = timed("lab.train", ["-m", *RUN, "seed=1,2"], tmp_path, env=wandb_env(port))
+    assert_offline_runs(out, jobs=2)
+    assert seconds <= 2 * offline_seconds + 20, (seconds, offline_seconds)
+
+
+def assert_one_error(out, *needles: str) -> str:
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert all(n in errors[0] for n in needles), errors[0]
+    return errors[0]
+
+
+def test_rejected_key_is_one_error_before_data_is_fetched(tmp_path, unauthorized_server):
+    cache = tmp_path / "cache"  # the corpus would be fetched into it
+    env = {**wandb_env(unauthorized_server), "LAB_CACHE_DIR": str(cache)}
+    out = run_module("lab.train", RUN, tmp_path / "runs", env=env)
+    assert_one_error(out, "HTTP 401", "wandb login")
+    assert not cache.exists()
+
+
+def test_require_online_makes_unreachable_an_error(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**wandb_env(closed_port()), "LAB_CACHE_DIR": str(cache)}
+    out = run_module("lab.train", [*RUN, "logger.wandb.mode=online", "logger.wandb.require_online=true"],
+                     tmp_path / "runs", env=env)
+    assert_one_error(out, "cannot be reached", "require_online")
+    assert not cache.exists()
+
+
+def test_probe_is_bounded_even_when_the_server_never_answers(silent_server):
+    from lab.runtime.loggers import probe_server
+
+    t0 = time.perf_counter()
+    status, why = probe_server(f"http://127.0.0.1:{silent_server}", FAKE_KEY, timeout=1.0)
+    assert status is None and time.perf_counter() - t0 < 1.5, why
+
+
+def test_explicit_offline_and_disabled_never_probe(monkeypatch):
+    from lab.runtime import loggers
+
+    monkeypatch.setattr(loggers, "probe_server", lambda *a: pytest.fail("probed"))
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert loggers.decide_mode("offline", False, 5, "d") == "offline"
+    assert loggers.decide_mode("disabled", False, 5, "d") == "disabled"
+
+
+@pytest.mark.parametrize(("status", "expected"), [(200, "online"), (503, "offline"), (None, "offline")])
+def test_an_answer_means_online_anything_else_offline(monkeypatch, status, expected):
+    from lab.runtime import loggers
+
+    monkeypatch.setattr(loggers, "probe_server", lambda *a: (status, "why"))
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setattr(loggers, "USER_WANDB_MODE", None)
+    assert loggers.decide_mode(None, False, 5, "d") == expected
+
