@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import LabError
 from lab.runtime import rundir
-from lab.runtime.checkpoint_io import TMP_PREFIX
+from lab.runtime.checkpoint_io import TMP_GLOB, is_tmp
 
 log = logging.getLogger("lab")
 AUTO = "auto"
@@ -45,7 +45,7 @@ def checkpoints_newest_first(run_dir: Path) -> list[Path]:
     ckpt_dir = run_dir / "checkpoints"
     if not ckpt_dir.is_dir():
         return []
-    found = [p for p in ckpt_dir.iterdir() if not p.name.startswith(TMP_PREFIX)
+    found = [p for p in ckpt_dir.iterdir() if not is_tmp(p)
              and ((p.is_file() and p.suffix == ".ckpt") or is_sharded_checkpoint(p))]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
@@ -66,7 +66,7 @@ def remove_stale_temporaries(run_dir: Path) -> None:
     """Half-written checkpoints of a killed process (a temporary name, never a *.ckpt)."""
     import shutil  # noqa: PLC0415
 
-    stale = list((run_dir / "checkpoints").glob(TMP_PREFIX + "*")) if (run_dir / "checkpoints").is_dir() else []
+    stale = list((run_dir / "checkpoints").glob(TMP_GLOB)) if (run_dir / "checkpoints").is_dir() else []
     for p in stale:
         shutil.rmtree(p) if p.is_dir() else p.unlink()
     if stale:
@@ -103,7 +103,8 @@ def claim_run_dir(cfg: DictConfig, is_rank_zero: bool) -> Path:
         if is_rank_zero:
             rundir.lock_run_dir(fresh)
         return fresh
-    run_dir = fresh if _explicit_run_dir() else (find_earlier_run(cfg, fresh) or fresh)
+    explicit = _explicit_run_dir()
+    run_dir = fresh if explicit else (find_earlier_run(cfg, fresh) or fresh)
     if is_rank_zero:
         rundir.lock_run_dir(run_dir)  # before reading its checkpoints: a live run there is refused
         remove_stale_temporaries(run_dir)
@@ -111,7 +112,7 @@ def claim_run_dir(cfg: DictConfig, is_rank_zero: bool) -> Path:
     if is_rank_zero:
         if ckpt is None:
             log.info("ckpt_path=auto: no earlier checkpoint of this run (%s); starting fresh in %s",
-                     "in the given run directory" if run_dir == fresh else f"name={cfg.name}, same config", run_dir)
+                     "in the given run directory" if explicit else f"name={cfg.name}, same config", run_dir)
         else:
             log.info("ckpt_path=auto: resuming from %s", ckpt)
         if run_dir.resolve() != fresh.resolve():

@@ -20,11 +20,16 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lab.errors import LabError
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-TMP_PREFIX = ".tmp-"  # temporary names never match *.ckpt: a reader globbing checkpoints only sees whole files
+TMP_GLOB = ".*.tmp*"  # temporary names: hidden and never ending in .ckpt, so globbing *.ckpt only finds whole files
 
 
-def tmp_name(path: Path) -> Path:
-    return path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
+def tmp_name(path: Path, per_process: bool = True) -> Path:
+    """.last.ckpt.tmp-<pid> (a file: one writer per process), or .last.ckpt.tmp (a sharded directory all ranks write)."""
+    return path.with_name(f".{path.name}.tmp" + (f"-{os.getpid()}" if per_process else ""))
+
+
+def is_tmp(path: Path) -> bool:
+    return path.match(TMP_GLOB)
 
 
 def fsync_dir(path: Path) -> None:

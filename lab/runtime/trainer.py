@@ -57,12 +57,12 @@ class FSDP2Strategy(ModelParallelStrategy):
         (lab.runtime.checkpoint_io.replace_dir): a kill mid-write never leaves a half-written `last.ckpt/`."""
         from pathlib import Path  # noqa: PLC0415
 
-        from lab.runtime.checkpoint_io import TMP_PREFIX, replace_dir  # noqa: PLC0415
+        from lab.runtime.checkpoint_io import replace_dir, tmp_name  # noqa: PLC0415
 
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         final = Path(self.broadcast(str(filepath)))
-        tmp = final.with_name(TMP_PREFIX + final.name)  # the same name on every rank: they write one directory
+        tmp = tmp_name(final, per_process=False)  # the same name on every rank: they write one directory
         if self.global_rank == 0 and tmp.exists():
             import shutil  # noqa: PLC0415
 
