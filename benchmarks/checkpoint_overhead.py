@@ -23,11 +23,11 @@ import lightning as L
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_overhead import BATCH, SHAPE, WARMUP, StepTimer, loader, optimizer_factory, schedule  # noqa: E402
+from train_overhead import BATCH, SHAPE, WARMUP, StepTimer, loader, optimizer_factory, schedule
 
-from lab.models.gpt import GPT  # noqa: E402
-from lab.runtime.callbacks import RunCheckpoint  # noqa: E402
-from lab.tasks.language_model import LanguageModelTask  # noqa: E402
+from lab.models.gpt import GPT
+from lab.runtime.callbacks import RunCheckpoint
+from lab.tasks.language_model import LanguageModelTask
 
 
 class WriteTimer(RunCheckpoint):
