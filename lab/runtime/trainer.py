@@ -52,6 +52,28 @@ class FSDP2Strategy(ModelParallelStrategy):
             self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
 
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
+        """A sharded checkpoint directory is written whole under a temporary name, then renamed into place
+        (lab.runtime.checkpoint_io.replace_dir): a kill mid-write never leaves a half-written `last.ckpt/`."""
+        from pathlib import Path  # noqa: PLC0415
+
+        from lab.runtime.checkpoint_io import replace_dir, tmp_name  # noqa: PLC0415
+
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        final = Path(self.broadcast(str(filepath)))
+        tmp = tmp_name(final, per_process=False)  # the same name on every rank: they write one directory
+        if self.global_rank == 0 and tmp.exists():
+            import shutil  # noqa: PLC0415
+
+            shutil.rmtree(tmp)
+        self.barrier("lab_sharded_checkpoint_tmp")
+        super().save_checkpoint(checkpoint, tmp, storage_options)
+        self.barrier("lab_sharded_checkpoint_written")
+        if self.global_rank == 0:
+            replace_dir(tmp, final)
+        self.barrier("lab_sharded_checkpoint_renamed")
+
 
 def _strategy_kind(strategy: Any) -> str:
     """fsdp (lab's FSDP2) | deepspeed | ddp | other, from a strategy name or a `_target_` dict."""

@@ -48,6 +48,13 @@ def train(cfg: DictConfig) -> float | None:
     check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
+    # --- preemption (lab.runtime.autoresume, rundir, signals): one run per directory, ckpt_path=auto ---
+    from lab.runtime import signals  # noqa: PLC0415
+    from lab.runtime.autoresume import claim_run_dir, pin_wandb_run  # noqa: PLC0415
+
+    signals.reset()
+    claim_run_dir(cfg, is_rank_zero=rank_zero_only.rank == 0)
+    # --- end preemption ---
     out_dir = Path(cfg.paths.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank != 0:  # DDP/FSDP children: warnings and errors only, rank 0 reports
@@ -82,6 +89,8 @@ def train(cfg: DictConfig) -> float | None:
 
     fit_validation_into_budget(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    if rank_zero_only.rank == 0:
+        pin_wandb_run(cfg, out_dir)  # preemption: every launch of this run logs to one W&B run
     loggers = build_loggers(cfg)
     # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
     shards_itself = getattr(datamodule, "shards_batches", False)
@@ -93,7 +102,19 @@ def train(cfg: DictConfig) -> float | None:
     pin_child_processes_to_job()
     try:
         with job_processes():
-            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)  # no code from a file
+            # --- preemption: a stop signal ends fit after a checkpoint of the current step; exit resumable ---
+            from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: PLC0415
+
+            try:
+                # weights_only: resuming from a file runs no code in it
+                trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
+            except SIGTERMException:
+                if signals.received() is None:
+                    raise
+            if signals.received() is not None:
+                last = getattr(trainer.checkpoint_callback, "last_model_path", None)
+                signals.exit_resumable(trainer.global_step, out_dir, last, rank_zero_only.rank == 0)
+            # --- end preemption ---
             metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             if cfg.get("test") and not trainer.fast_dev_run:
                 best = "best" if trainer.checkpoint_callback else None
@@ -103,6 +124,9 @@ def train(cfg: DictConfig) -> float | None:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
     finally:
         finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
+        from lab.runtime.rundir import release_run_dirs  # noqa: PLC0415
+
+        release_run_dirs()  # preemption: the next job of a sweep locks its own directory
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, out_dir)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return value if value is not None and math.isfinite(value) else None

@@ -1,0 +1,247 @@
+"""Checkpoints that bound lost work: when last.ckpt is written, atomic writes, full disks, stop signals."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_module
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from lab.errors import LabError
+from lab.runtime import checkpoint_io, signals
+from lab.runtime.callbacks import RunCheckpoint
+
+
+class ValMetric(BoringModel):
+    """Logs val/m = the given sequence, one value per validation (so the metric can get worse)."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.values, self.n_val = values, 0
+
+    def validation_step(self, batch, batch_idx):
+        return super().validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self):
+        self.log("val/m", float(self.values[min(self.n_val, len(self.values) - 1)]))
+        self.n_val += 1
+
+
+class Recording(RunCheckpoint):
+    """RunCheckpoint that remembers the step of every last.ckpt write."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.last_writes: list[int] = []
+
+    def _save_last_checkpoint(self, trainer, monitor_candidates):
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self.last_writes.append(trainer.global_step)
+
+
+def fit(tmp_path, values=(1.0,), max_steps=20, val_every=5, accumulate=1, extra_callbacks=(), **ckpt_kwargs):
+    ckpt = Recording(dirpath=str(tmp_path / "ckpt"), filename="best-step{step}", monitor="val/m", mode="min", **ckpt_kwargs)
+    trainer = L.Trainer(max_steps=max_steps, val_check_interval=val_every * accumulate, check_val_every_n_epoch=None,
+                        limit_val_batches=1, accumulate_grad_batches=accumulate, callbacks=[ckpt, *extra_callbacks],
+                        logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(ValMetric(values))
+    return ckpt, trainer
+
+
+def step_of(path: Path) -> int:
+    return torch.load(path, weights_only=False)["global_step"]
+
+
+def test_last_is_the_final_step_when_the_metric_gets_worse(tmp_path):
+    """val/m rises after the first validation: best stays at step 5; last.ckpt follows every validation and
+    ends at step 20 (Lightning's own save_last left it at step 5)."""
+    ckpt, _ = fit(tmp_path, values=[1.0, 2.0, 3.0, 4.0])
+    assert [p.name for p in sorted((tmp_path / "ckpt").glob("best-*.ckpt"))] == ["best-step5.ckpt"]
+    assert step_of(tmp_path / "ckpt" / "last.ckpt") == 20
+    assert ckpt.last_writes == [5, 10, 15, 20]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["no-accumulation", "accumulate-2"])
+def test_last_every_n_optimizer_steps_besides_validation(tmp_path, accumulate):
+    """every_n_steps=3 counts optimizer steps; a step that validates writes once, after validation."""
+    ckpt, _ = fit(tmp_path, values=[3.0, 2.0], max_steps=20, val_every=10, accumulate=accumulate, every_n_steps=3, every_minutes=None)
+    assert ckpt.last_writes == [3, 6, 9, 10, 12, 15, 18, 20]
+    assert step_of(tmp_path / "ckpt" / "last.ckpt") == 20
+    assert [p.name for p in (tmp_path / "ckpt").glob("best-*.ckpt")] == ["best-step20.ckpt"]
+
+
+def test_last_every_m_minutes(tmp_path, monkeypatch):
+    """A clock where each optimizer step takes 25 s: with every_minutes=1 last.ckpt is written as soon as
+    60 s have passed since the previous write (steps 3, 6, ...; validations at 10 and 20 reset the clock)."""
+    import lab.runtime.callbacks.checkpointing as module
+
+    steps = {"n": 0}
+
+    class Clock:
+        @staticmethod
+        def monotonic():
+            return 25.0 * steps["n"]
+
+    class Step(L.Callback):
+        def on_train_batch_start(self, trainer, *args):
+            steps["n"] = trainer.global_step + 1  # the step being taken
+
+    monkeypatch.setattr(module, "time", Clock)
+    ckpt, _ = fit(tmp_path, values=[1.0], max_steps=20, val_every=10, every_minutes=1, extra_callbacks=[Step()])
+    assert ckpt.last_writes == [3, 6, 9, 10, 13, 16, 19, 20]
+
+
+def test_stop_request_writes_the_current_step_and_stops(tmp_path):
+    class Signal(L.Callback):
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == 7:
+                signals.request_stop(signal.SIGTERM)
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    signals.reset()
+    try:
+        with pytest.raises(SIGTERMException):
+            fit(tmp_path, max_steps=20, val_every=5, every_minutes=None, extra_callbacks=[Signal()])
+    finally:
+        signals.reset()
+    assert step_of(tmp_path / "ckpt" / "last.ckpt") == 8  # the step in flight when the signal came, completed
+
+
+def test_second_ctrl_c_interrupts_at_once():
+    previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    signals.reset()
+    try:
+        signals.install()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert signals.received() == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    finally:
+        signals.reset()
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# --- atomic writes and full disks -----------------------------------------------------------------------------
+def test_atomic_write_leaves_the_previous_file_whole_on_a_full_disk(tmp_path, monkeypatch):
+    io = checkpoint_io.AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.arange(10.0)}}, path)
+
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(checkpoint_io, "open", lambda p, mode="r": FullDisk(real_open(p, mode)), raising=False)
+    with pytest.raises(LabError, match=rf"disk full: cannot write a checkpoint into {tmp_path} .*needs about \d+ MiB"):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(1000)}}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"], "a temporary file was left behind"
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.arange(10.0))
+
+
+FULL_DISK_AFTER = """
+import errno, runpy, sys
+import lab.runtime.checkpoint_io as c
+limit, real_open, calls = int(sys.argv[1]), open, {"n": 0}
+class FullDisk:  # writes half of what it is given, then the disk is full
+    def __init__(self, f): self.f = f
+    def write(self, data):
+        self.f.write(bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    def __getattr__(self, name): return getattr(self.f, name)
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.f.close()
+def failing_open(path, mode="r"):
+    if str(path).endswith(".ckpt"):
+        calls["n"] += 1
+        if calls["n"] > limit:
+            return FullDisk(real_open(path, mode))
+    return real_open(path, mode)
+c.open = failing_open
+sys.argv = ["lab.train", *sys.argv[2:]]
+runpy.run_module("lab.train", run_name="__main__")
+"""
+
+
+def test_full_disk_ends_the_run_with_one_line_and_earlier_checkpoints_resume(tmp_path):
+    """The 3rd checkpoint write meets ENOSPC: one `error:` line naming the directory and the space needed, exit
+    2; the checkpoints already written load, and ckpt_path=auto continues from the newest of them."""
+    run = tmp_path / "run"
+    args = [*TINY_LM, "trainer.max_steps=12", "trainer.val_check_interval=12", "callbacks.checkpoint.every_n_steps=3",
+            f"hydra.run.dir={run}", "ckpt_path=auto"]
+    env = {**os.environ, "LAB_RUNS_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run([sys.executable, "-c", FULL_DISK_AFTER, "2", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(errors) == 1 and f"into {run}/checkpoints" in errors[0] and "MiB" in errors[0], errors
+    assert "Traceback" not in result.stderr
+    assert step_of(run / "checkpoints" / "last.ckpt") == 6  # steps 3 and 6 written, step 9 refused
+    assert not list((run / "checkpoints").glob(".*.tmp*"))
+    resumed = run_module("lab.train", args, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert step_of(run / "checkpoints" / "last.ckpt") == 12
+    assert sorted(metric_by_step(read_metrics(run), "train/loss")) == list(range(12))
+
+
+def test_resume_continues_the_random_stream(tmp_path):
+    """Each step draws torch.rand: a run stopped after step 5 and resumed (re-seeded, as a new process is)
+    draws at steps 6..10 what the uninterrupted run drew, not the draws of a fresh seed."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    class Draw(L.Callback):
+        def __init__(self, stop_at=None):
+            self.draws, self.stop_at = {}, stop_at
+
+        def on_train_batch_start(self, trainer, *args):
+            self.draws[trainer.global_step + 1] = torch.rand(1).item()
+            if trainer.global_step + 1 == self.stop_at:
+                signals.request_stop(signal.SIGTERM)
+
+    def trainer_with(draw, path):
+        ckpt = RunCheckpoint(dirpath=str(path), filename="best-step{step}", monitor="val/m", every_minutes=None)
+        return L.Trainer(max_steps=10, val_check_interval=100, limit_val_batches=0, callbacks=[ckpt, draw], logger=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+
+    L.seed_everything(0, verbose=False)
+    whole = Draw()
+    trainer_with(whole, tmp_path / "a").fit(ValMetric([1.0]))
+    signals.reset()
+    L.seed_everything(0, verbose=False)
+    first = Draw(stop_at=5)
+    try:
+        with pytest.raises(SIGTERMException):
+            trainer_with(first, tmp_path / "b").fit(ValMetric([1.0]))
+    finally:
+        signals.reset()
+    L.seed_everything(0, verbose=False)
+    second = Draw()
+    trainer_with(second, tmp_path / "b").fit(ValMetric([1.0]), ckpt_path=str(tmp_path / "b" / "last.ckpt"))
+    assert sorted(second.draws) == [6, 7, 8, 9, 10]
+    assert second.draws == {s: whole.draws[s] for s in range(6, 11)}
