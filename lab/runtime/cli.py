@@ -11,6 +11,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
+from lab.runtime.console import record_in_log_files
+from lab.runtime.ranks import run_dir
 from lab.nn.config import ConfigError
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
@@ -36,6 +38,7 @@ def _optuna_direction(mode: str) -> str:
 # Resolvers the configs use; registered when any entry point imports this module (before Hydra composes).
 OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
 OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
+OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.ranks
 
 
 def user_errors_exit(fn):
@@ -49,7 +52,7 @@ def user_errors_exit(fn):
             cause = user_error_in(e)
             if cause is None:
                 raise
-            log.error("%s", cause)
+            record_in_log_files(f"error: {cause}")  # on screen once: the line below
             print(f"error: {cause}", file=sys.stderr)
             sys.exit(2)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lab.runtime.callbacks.progress import progress_bar_setting
 from lab.runtime.cli import print_config_tree
+from lab.runtime.intervals import count_optimizer_steps
 
 log = logging.getLogger("lab")
 
@@ -38,11 +40,15 @@ def train(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     from lab.models import build_model  # noqa: PLC0415
-    from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
+    from lab.runtime.console import phase, single_console  # noqa: PLC0415
     from lab.runtime.loggers import finish_loggers  # noqa: PLC0415
+    from lab.runtime.ranks import set_global_rank  # noqa: PLC0415
+    from lab.runtime.resume import check_resume, check_vocabulary  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    single_console()  # each Lightning message once, no adverts
+    set_global_rank(cfg.trainer)  # before anything is printed or written: NODE_RANK / torchrun / SLURM launches
     check_trainer(cfg)
     out_dir = Path(cfg.paths.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -52,14 +58,16 @@ def train(cfg: DictConfig) -> float | None:
         print_config_tree(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(resolved, out_dir / "config.yaml")
-    if cfg.get("ckpt_path"):
-        read_checkpoint(cfg.ckpt_path, metadata_only=True)  # a bad path or damaged file fails here, with a clear message
+    resume = check_resume(cfg, resolved)  # a bad file, another task or model shape: one error before any work
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision("high")
 
     datamodule = instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    with phase(f"data: {type(datamodule).__name__} (a first run fetches the corpus and trains the tokenizer, "
+               f"cached in {cfg.paths.cache_dir})"):
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    check_vocabulary(resume, datamodule.vocab)
     model = build_model(cfg.model, datamodule.vocab)
     task = instantiate(cfg.task, model=model)
     task.lab_metadata = {
@@ -69,16 +77,20 @@ def train(cfg: DictConfig) -> float | None:
         # anything else inference needs from the data (e.g. label names), if the datamodule offers it
         "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
     }
+    if cfg.get("compile"):
+        log.info("compile=true: torch.compile compiles the model during the first training step (a minute or more on CPU)")
     compile_model(cfg, model)
     counts = task.parameter_counts()
     log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 
     fit_validation_into_budget(cfg.trainer)
+    count_optimizer_steps(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = build_loggers(cfg)
     # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
     shards_itself = getattr(datamodule, "shards_batches", False)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself,
+                          **progress_bar_setting(cfg.trainer, callbacks))
     for lg in loggers:
         lg.log_hyperparams({**resolved, "params/total": counts["total"], "params/active": counts["active"]})
 
@@ -86,15 +98,17 @@ def train(cfg: DictConfig) -> float | None:
     pin_child_processes_to_job()
     try:
         with job_processes():
-            trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resume.path if resume else None)
             metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             if cfg.get("test") and not trainer.fast_dev_run:
                 best = "best" if trainer.checkpoint_callback else None
                 results = trainer.test(task, datamodule=datamodule, ckpt_path=best)
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
-            if hasattr(task, "log_samples") and task.samples:
+            if hasattr(task, "log_samples") and task.samples and getattr(task, "samples_step", None) != trainer.global_step:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
     finally:
+        if resume:
+            resume.cleanup()
         finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, out_dir)
     value = metrics.get(cfg.get("optimized_metric") or "")
