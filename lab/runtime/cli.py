@@ -11,9 +11,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
+from lab.nn.config import ConfigError
 from lab.runtime.console import record_in_log_files
 from lab.runtime.ranks import run_dir
-from lab.nn.config import ConfigError
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")

@@ -14,7 +14,7 @@ from pathlib import Path
 def devices_per_node(trainer_cfg) -> int:
     """trainer.devices as a process count: an int, a list of device ids, or auto / -1 (all visible GPUs)."""
     devices = trainer_cfg.get("devices", 1)
-    if isinstance(devices, (list, tuple)) or hasattr(devices, "__len__") and not isinstance(devices, str):
+    if not isinstance(devices, (str, int)) and hasattr(devices, "__len__"):  # a list (ListConfig) of device ids
         return len(devices)
     if str(devices).lstrip("-").isdigit() and int(devices) > 0:
         return int(devices)
