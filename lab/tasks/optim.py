@@ -60,11 +60,22 @@ class WarmupCosine(LRScheduler):
 
 
 def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> WarmupCosine:
-    """Linear warmup from 0 to each group's lr, then cosine decay to min_lr at total_steps; min_lr after."""
+    """Linear warmup from 0 to each group's lr, then cosine decay to min_lr at total_steps; min_lr after.
+
+    Args:
+        warmup_steps: optimizer steps of linear warmup from 0 to the optimizer's lr.
+        total_steps: the step at which the cosine decay reaches min_lr (trainer.max_steps); a resume with
+            another value continues from the lr reached (module docstring).
+        min_lr: the learning rate at and after total_steps.
+    """
     return WarmupCosine(optimizer, warmup_steps, total_steps, min_lr)
 
 
 def inverse_sqrt(optimizer: Optimizer, warmup_steps: int) -> LambdaLR:
     """Vaswani et al. 5.3: linear warmup, then lr * sqrt(warmup / step). It has no end, so a longer run simply
-    continues it."""
+    continues it.
+
+    Args:
+        warmup_steps: optimizer steps of linear warmup to the optimizer's lr, and the decay's time scale.
+    """
     return LambdaLR(optimizer, lambda step: min((step + 1) / warmup_steps, math.sqrt(warmup_steps / (step + 1))))
