@@ -110,7 +110,7 @@ def documented_fields(target: Any) -> dict[str, str]:
             if not m:
                 continue
             indent = len(line) - len(line.lstrip())
-            more = itertools.takewhile(lambda nxt: len(nxt) - len(nxt.lstrip()) > indent, lines[i + 1 : i + 4])
+            more = itertools.takewhile(lambda nxt, at=indent: len(nxt) - len(nxt.lstrip()) > at, lines[i + 1 : i + 4])
             text = [m.group(2) or "", *more]
             for name in m.group(1).split(" / "):
                 out.setdefault(name, first_sentence(" ".join(text)))
