@@ -64,3 +64,8 @@ def test_inference_help_lists_its_own_options_only(tmp_path):
     assert option_line(out, "device").endswith("auto | cpu | cuda")
     assert option_line(out, "prompt").split()[1] == "'\\n'"
     assert "Experiments" not in out and "trainer.max_steps" not in out
+
+
+def test_inference_refuses_an_experiment_instead_of_ignoring_it(tmp_path):
+    result = run_module("lab.generate", ["+experiment=gpt_small", "ckpt_path=x.ckpt"], tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith("error: lab.generate takes no +experiment=gpt_small")

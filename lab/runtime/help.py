@@ -199,10 +199,17 @@ def render(config_name: str, overrides: list[str], usage: str) -> str:
 
 
 def exit_with_help(config_name: str, argv: list[str] | None = None) -> None:
-    """If the command line asks for --help (or -h): print this entry point's help and exit 0; else return."""
+    """If the command line asks for --help (or -h): print this entry point's help and exit 0; else return.
+    An entry point without the experiment group (inference: settings come from the checkpoint) refuses
+    `+experiment=` with one line instead of composing it in and ignoring it."""
     from lab.runtime.cli import user_errors_exit  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else argv
+    given = [a for a in argv if a.lstrip("+~").startswith("experiment=")]
+    if given and "- task" not in (CONF / f"{config_name}.yaml").read_text():
+        print(f"error: lab.{config_name} takes no {given[0]}: the model and its settings come from the checkpoint "
+              "(ckpt_path=...); see --help for its options", file=sys.stderr)
+        sys.exit(2)
     if not {"--help", "-h"} & set(argv):
         return
     overrides = [a for a in argv if a not in ("--help", "-h", "-m", "--multirun")]
