@@ -83,6 +83,8 @@ def _describe(changes: dict[str, tuple[Any, Any]], keys: list[str]) -> str:
 def check_resume(cfg, resolved: dict[str, Any]) -> Resume | None:
     """Before training: read ckpt_path (a bad file is one error), refuse another task or model shape, list the
     other changed settings in one warning, and consolidate an FSDP directory for a run without FSDP."""
+    from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
+
     from lab.runtime.checkpoints import is_sharded_checkpoint, read_checkpoint  # noqa: PLC0415
     from lab.runtime.trainer import _strategy_kind  # noqa: PLC0415
 
@@ -100,7 +102,7 @@ def check_resume(cfg, resolved: dict[str, Any]) -> Resume | None:
         raise LabError(f"checkpoint {path} holds another {'task' if 'task._target_' in changes else 'model shape'}: "
                        f"{_describe(changes, identity)} (checkpoint -> this run); resume with the checkpoint's "
                        "settings, or start a new run without ckpt_path")
-    if changes:
+    if changes and rank_zero_only.rank == 0:  # once per job, not once per process
         notes = [f"{k} {a!r} -> {b!r}{' (kept from the checkpoint)' if k.startswith(KEPT_FROM_CHECKPOINT) else ''}"
                  for k, (a, b) in changes.items()]
         log.warning("resuming from %s with %d setting(s) changed: %s", path, len(changes), "; ".join(notes))
