@@ -52,10 +52,10 @@ def train(cfg: DictConfig) -> float | None:
     check_trainer(cfg)
     out_dir = Path(cfg.paths.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resume = check_resume(cfg, resolved)  # a bad file, another task or model shape: one error before any work
     if rank_zero_only.rank != 0:  # DDP/FSDP children: warnings and errors only, rank 0 reports
         log.setLevel(logging.WARNING)
-    else:
+    resume = check_resume(cfg, resolved)  # a bad file, another task or model shape: one error before any work
+    if rank_zero_only.rank == 0:
         print_config_tree(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(resolved, out_dir / "config.yaml")
