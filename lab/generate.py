@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
+from lab.runtime.help import exit_with_help
 
 
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
@@ -41,4 +42,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_with_help("generate")  # --help: this entry point's own options (Hydra's flags: --hydra-help)
     main()

@@ -5,6 +5,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lab.runtime.cli import quiet_warnings, user_errors_exit
+from lab.runtime.help import exit_with_help
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
@@ -17,4 +18,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    exit_with_help("train")  # --help: this entry point's own options (Hydra's flags: --hydra-help)
     main()

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
+from lab.runtime.help import exit_with_help
 
 
 @hydra.main(config_path="../conf", config_name="translate", version_base="1.3")
@@ -37,4 +38,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_with_help("translate")  # --help: this entry point's own options (Hydra's flags: --hydra-help)
     main()

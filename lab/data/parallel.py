@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import publish_dir
@@ -172,11 +172,13 @@ class ParallelDataModule(L.LightningDataModule):
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
     Held-out batches keep the split's order, so the first val_bleu_batches are a fair sample of it.
+    eval_batches: validation/test batches to use, the first ones in that order (null: all).
     """
 
     def __init__(self, corpus, reverse: bool = False, valid_size: int = 1000, test_size: int = 1000,
                  vocab_size: int = 8000, max_tokens: int = 128, batch_size: int = 64, eval_batch_size: int = 100,
-                 batch_tokens: int | None = None, eval_overlap: str = "drop", cache_dir: str = "~/.cache/lab",
+                 batch_tokens: int | None = None, eval_batches: int | None = None, eval_overlap: str = "drop",
+                 cache_dir: str = "~/.cache/lab",
                  seed: int = 1337, num_workers: int = 0):
         super().__init__()
         if eval_overlap not in OVERLAP:
@@ -188,7 +190,7 @@ class ParallelDataModule(L.LightningDataModule):
         if batch_tokens is not None and batch_tokens < 1:
             raise DataError(f"data.batch_tokens={batch_tokens}: give a positive token budget per step, or null for "
                             "batches of data.batch_size pairs")
-        self.batch_tokens = batch_tokens
+        self.batch_tokens, self.eval_batches = batch_tokens, eval_batches
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.tokenizer = None
         self.datasets: dict[str, PairDataset] = {}
@@ -316,8 +318,10 @@ class ParallelDataModule(L.LightningDataModule):
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        return DataLoader(self.datasets[split], batch_size=self.eval_batch_size, collate_fn=self.collate,
-                          num_workers=self.num_workers)
+        data = self.datasets[split]
+        if self.eval_batches:
+            data = Subset(data, range(min(len(data), self.eval_batches * self.eval_batch_size)))
+        return DataLoader(data, batch_size=self.eval_batch_size, collate_fn=self.collate, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("valid")

@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
+from lab.runtime.console import record_in_log_files
+from lab.runtime.ranks import run_dir
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
@@ -39,6 +41,7 @@ def _optuna_direction(mode: str) -> str:
 # Resolvers the configs use; registered when any entry point imports this module (before Hydra composes).
 OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
 OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
+OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.ranks
 
 
 def user_errors_exit(fn):
@@ -63,7 +66,7 @@ def user_errors_exit(fn):
 def exit_with_error(message: str, to_log: bool = True) -> None:
     """One `error:` line on stderr (and in the run's log, when there is one) and exit code 2."""
     if to_log:
-        log.error("%s", message)
+        record_in_log_files(f"error: {message}")  # in train.log; on screen once: the line below
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 

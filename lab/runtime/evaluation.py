@@ -16,8 +16,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     from lab.models import build_model  # noqa: PLC0415
     from lab.runtime.checkpoints import lab_metadata, read_checkpoint  # noqa: PLC0415
+    from lab.runtime.console import single_console  # noqa: PLC0415
     from lab.runtime.inference import pick_device  # noqa: PLC0415
 
+    single_console()  # no third-party adverts
+    device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     ckpt = read_checkpoint(cfg.ckpt_path)
     meta = lab_metadata(ckpt, cfg.ckpt_path)
     saved = OmegaConf.create(meta["config"])
@@ -35,7 +38,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     task = instantiate(run_cfg.task, model=build_model(run_cfg.model, meta["vocab"]))
     task.lab_metadata = meta
     task.load_state_dict(ckpt["state_dict"])
-    device = pick_device(cfg.device)
     trainer = L.Trainer(accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
                         enable_model_summary=False, precision=run_cfg.trainer.get("precision", "32-true"))
     results = trainer.test(task, datamodule=datamodule)

@@ -12,7 +12,13 @@ from lab.errors import LabError
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise LabError(f"device={name!r} is not a device ({e}); use auto, cpu or cuda") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LabError(f"device={name} but no CUDA GPU is visible to torch {torch.__version__}; use device=cpu or device=auto")
+    return device
 
 
 def read_inputs(text: str | None, file: str | None, file_key: str = "file") -> list[str]:

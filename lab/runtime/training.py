@@ -9,7 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lab.runtime.callbacks.progress import progress_bar_setting
 from lab.runtime.cli import print_config_tree
+from lab.runtime.intervals import count_optimizer_steps
 
 log = logging.getLogger("lab")
 
@@ -39,12 +41,16 @@ def train(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     from lab.models import build_model  # noqa: PLC0415
-    from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
     from lab.runtime.config_checks import check_config  # noqa: PLC0415
+    from lab.runtime.console import phase, single_console  # noqa: PLC0415
     from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
+    from lab.runtime.ranks import set_global_rank  # noqa: PLC0415
+    from lab.runtime.resume import check_resume, check_vocabulary  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    single_console()  # each Lightning message once, no adverts
+    set_global_rank(cfg.trainer)  # before anything is printed or written: NODE_RANK / torchrun / SLURM launches
     check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
@@ -59,18 +65,20 @@ def train(cfg: DictConfig) -> float | None:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if rank_zero_only.rank != 0:  # DDP/FSDP children: warnings and errors only, rank 0 reports
         log.setLevel(logging.WARNING)
-    else:
+    resume = check_resume(cfg, resolved)  # a bad file, another task or model shape: one error before any work
+    if rank_zero_only.rank == 0:
         print_config_tree(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(resolved, out_dir / "config.yaml")
-    if cfg.get("ckpt_path"):
-        read_checkpoint(cfg.ckpt_path, metadata_only=True)  # a bad path or damaged file fails here, with a clear message
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision("high")
 
     datamodule = instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    with phase(f"data: {type(datamodule).__name__} (a first run fetches the corpus and trains the tokenizer, "
+               f"cached in {cfg.paths.cache_dir})"):
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    check_vocabulary(resume, datamodule.vocab)
     data_report = getattr(datamodule, "report", {})  # what was read, dropped, truncated (lab.data.reading.DataReport)
     if rank_zero_only.rank == 0:
         (out_dir / "data_report.json").write_text(json.dumps(data_report, indent=1, ensure_ascii=False))
@@ -83,18 +91,22 @@ def train(cfg: DictConfig) -> float | None:
         # anything else inference needs from the data (e.g. label names), if the datamodule offers it
         "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
     }
+    if cfg.get("compile"):
+        log.info("compile=true: torch.compile compiles the model during the first training step (a minute or more on CPU)")
     compile_model(cfg, model)
     counts = task.parameter_counts()
     log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 
     fit_validation_into_budget(cfg.trainer)
+    count_optimizer_steps(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     if rank_zero_only.rank == 0:
         pin_wandb_run(cfg, out_dir)  # preemption: every launch of this run logs to one W&B run
     loggers = build_loggers(cfg)
     # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
     shards_itself = getattr(datamodule, "shards_batches", False)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself)
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself,
+                          **progress_bar_setting(cfg.trainer, callbacks))
     for lg in loggers:
         lg.log_hyperparams({**resolved, "data_report": data_report, "params/total": counts["total"], "params/active": counts["active"]})
 
@@ -107,7 +119,7 @@ def train(cfg: DictConfig) -> float | None:
 
             try:
                 # weights_only: resuming from a file runs no code in it
-                trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
+                trainer.fit(task, datamodule=datamodule, ckpt_path=resume.path if resume else None, weights_only=True)
             except SIGTERMException:
                 if signals.received() is None:
                     raise
@@ -120,9 +132,11 @@ def train(cfg: DictConfig) -> float | None:
                 best = "best" if trainer.checkpoint_callback else None
                 results = trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
-            if hasattr(task, "log_samples") and task.samples:
+            if hasattr(task, "log_samples") and task.samples and getattr(task, "samples_step", None) != trainer.global_step:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
     finally:
+        if resume:
+            resume.cleanup()
         finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
         from lab.runtime.rundir import release_run_dirs  # noqa: PLC0415
 

@@ -58,6 +58,7 @@ class LanguageModelTask(Task):
         settings = {k: v for k, v in self.samples.items() if k != "prompts"}
         rows = [[p, tok.decode(self.sample(tok.encode(p), **settings))] for p in self.samples.get("prompts", ["\n"])]
         self.log_examples("samples", ["prompt", "text"], rows)
+        self.samples_step = self.global_step  # lab.train logs final samples only if none were logged at this step
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test")

@@ -1,5 +1,6 @@
 """Callbacks shared by every task."""
 from lab.runtime.callbacks.checkpointing import RunCheckpoint
+from lab.runtime.callbacks.progress import Progress
 from lab.runtime.callbacks.throughput import Throughput
 
-__all__ = ["RunCheckpoint", "Throughput"]
+__all__ = ["Progress", "RunCheckpoint", "Throughput"]

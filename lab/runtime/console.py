@@ -1,0 +1,58 @@
+"""What a run prints: each message once, no third-party adverts, user errors once, long phases announced."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+log = logging.getLogger("lab")
+
+# Messages from libraries that advertise instead of inform (Lightning's "Tip: ... litlogger").
+ADVERTS = ("litlogger", "Lightning Experiments platform")
+
+
+class DropAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(a in str(record.msg) for a in ADVERTS)
+
+
+def single_console() -> None:
+    """Call after Hydra has configured logging and Lightning is imported. Lightning attaches its own console
+    handler to the `lightning` logger ("INFO: ...") and still propagates to the root logger, whose handlers
+    Hydra configured (console + train.log): every Lightning message appeared twice on screen. Drop Lightning's
+    handler where the root has handlers (its messages still reach the screen and train.log once), and its
+    adverts everywhere."""
+    import lightning  # noqa: F401, PLC0415 - its package __init__ installs the handler being removed
+
+    root_handles = logging.getLogger().hasHandlers()
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        if root_handles:
+            for handler in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+                logger.removeHandler(handler)
+            logger.propagate = True
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropAdverts) for f in logger.filters):
+            logger.addFilter(DropAdverts())
+
+
+def record_in_log_files(message: str, level: int = logging.ERROR) -> None:
+    """Write a message to the run's log files only (train.log): for what is also printed on screen another
+    way (the one-line `error:` of a user mistake), so it is in the log without showing twice."""
+    record = log.makeRecord(log.name, level, __file__, 0, "%s", (message,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+@contextlib.contextmanager
+def phase(what: str, min_seconds: float = 2.0):
+    """Announce a phase that may be long and silent (data build, tokenizer training, compilation) before it
+    starts, and its duration after it if it took more than min_seconds."""
+    log.info("%s ...", what)
+    t0 = time.perf_counter()
+    yield
+    elapsed = time.perf_counter() - t0
+    if elapsed >= min_seconds:
+        log.info("%s: done in %.1fs", what, elapsed)

@@ -1,0 +1,21 @@
+"""Every "every N steps" setting counts optimizer steps, as the configs document, also with gradient
+accumulation. Lightning counts `val_check_interval` (an int) in training batches, i.e. micro-batches: with
+accumulate_grad_batches=2 it validated twice as often as configured. log_every_n_steps, ModelCheckpoint's
+every_n_train_steps and max_steps already count optimizer steps."""
+from __future__ import annotations
+
+import logging
+
+from omegaconf import DictConfig, open_dict
+
+log = logging.getLogger("lab")
+
+
+def count_optimizer_steps(trainer_cfg: DictConfig) -> None:
+    """Give Lightning val_check_interval in the micro-batches it counts: optimizer steps x accumulation."""
+    interval, accumulate = trainer_cfg.get("val_check_interval"), trainer_cfg.get("accumulate_grad_batches", 1)
+    if isinstance(interval, int) and isinstance(accumulate, int) and accumulate > 1:
+        with open_dict(trainer_cfg):
+            trainer_cfg.val_check_interval = interval * accumulate
+        log.info("trainer.val_check_interval=%d optimizer steps = %d batches with accumulate_grad_batches=%d",
+                 interval, interval * accumulate, accumulate)
