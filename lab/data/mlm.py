@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import Documents
+from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -77,7 +78,7 @@ def segments_of(docs: list[tuple[str, str]], tok, max_length: int) -> list[list[
     cls, sep, room = tok.token_id("[CLS]"), tok.token_id("[SEP]"), max_length - 2
     out = []
     for _, text in docs:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        lines = [ln for ln in map(normalize_sentence, text.splitlines()) if ln]
         current: list[int] = []
         for ids in tok.encode_batch(lines):
             ids = ids[:room]

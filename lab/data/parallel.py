@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.sources import DebianPackage
+from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -195,7 +196,7 @@ class ParallelDataModule(L.LightningDataModule):
         splits = self._split(self._loaded)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        texts = (text for pair in splits["train"] for text in pair)
+        texts = (normalize_sentence(text) for pair in splits["train"] for text in pair)
         load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
         (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))
         try:
@@ -217,8 +218,8 @@ class ParallelDataModule(L.LightningDataModule):
         splits = json.loads((out / "splits.json").read_text())
         for split, pairs in splits.items():
             pairs = [tuple(p) for p in pairs]
-            src = [ids + [2] for ids in self.tokenizer.encode_batch([s for s, _ in pairs])]
-            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([t for _, t in pairs])]
+            src = [ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(s) for s, _ in pairs])]
+            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(t) for _, t in pairs])]
             if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
                 keep = [i for i in range(len(pairs)) if len(src[i]) <= self.max_tokens and len(tgt[i]) <= self.max_tokens + 1]
                 self.dropped_long = len(pairs) - len(keep)

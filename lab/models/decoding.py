@@ -40,15 +40,19 @@ def generate(
     use_cache: bool = True,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
+    window: int | None = None,
+    on_token: Callable[[torch.Tensor], None] | None = None,
 ) -> torch.Tensor:  # [B, T0 + n]
     """Sample from a causal LM (`model(ids, caches) -> logits`, `model.new_caches(B)`, `model.max_seq_len`).
 
     Past the context window the context slides forward by half a window: the cache is rebuilt from the
     last window/2 tokens, so every token still sees at least window/2 tokens of context and the rebuild
     cost is paid once per window/2 tokens, not every step. use_cache=False recomputes the same context
-    from scratch each step, so both modes give the same tokens.
+    from scratch each step, so both modes give the same tokens. window: the context length (default the
+    model's max_seq_len; inference passes the length it was trained on). on_token(next_ids [B, 1]) is called
+    as each token is chosen (streaming).
     """
-    window = model.max_seq_len
+    window = window or model.max_seq_len
     ctx_start = max(0, ids.shape[1] - window)
     caches = None
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -68,6 +72,8 @@ def generate(
             next_id = next_id.masked_fill(finished[:, None], eos_id)
             finished |= next_id[:, 0] == eos_id
         ids = torch.cat([ids, next_id], dim=1)
+        if on_token is not None:
+            on_token(next_id)
         if eos_id is not None and bool(finished.all()):
             break
     return ids
