@@ -39,7 +39,7 @@ def run(cfg: DictConfig) -> None:
             no_mask += not predictions
             if n_tokens > length:
                 windowed.append(n_tokens)
-            out[i] = "\t".join([*(" ".join(f"{tok} {p:.3f}" for tok, p in preds) for preds in predictions), texts[i]])
+            out[i] = "\t".join([*(" ".join(f"{tok} {p:.3g}" for tok, p in preds) for preds in predictions), texts[i]])
             advance(1)
     if no_mask:
         warn(f"{no_mask} of {len(todo)} texts have no {MASK}: their output lines hold only the text")
