@@ -106,7 +106,7 @@ def translate_ref(t: Trained, text: str) -> str:
 
     m = t.model
     src = [*t.tok.encode(normalize_sentence(text))[: t.length - 1], m.eos_id]
-    (hyp,) = greedy_translate(m, torch.tensor([src]), max_len_ratio=1.5, max_len_offset=3)
+    (hyp,) = greedy_translate(m, torch.tensor([src]), max_len_ratio=1.5, max_len_offset=3, max_positions=t.length)
     return t.tok.decode(hyp)
 
 

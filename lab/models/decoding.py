@@ -91,15 +91,17 @@ def _strip(row: list[int], eos_id: int) -> list[int]:
 
 @torch.inference_mode()
 def greedy_translate(
-    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True
+    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True,
+    max_positions: int | None = None,
 ) -> list[list[int]]:
     """Most likely next token each step, all sentences of the batch at once; -> token ids without bos/eos.
 
     model: `encode(src) -> (memory, src_mask)`, `decode(tgt, memory, src_mask, caches, memory_caches)`,
     `new_caches(batch, src_len, max_len)`, bos_id, eos_id, max_seq_len (lab.models.seq2seq.EncoderDecoder).
+    max_positions: decoder positions to use at most (default max_seq_len; inference passes the trained length).
     """
     memory, src_mask = model.encode(src)  # once per sentence
-    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, max_positions or model.max_seq_len)
     B = src.shape[0]
     tokens = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)
     caches, memory_caches = model.new_caches(B, src.shape[1], int(max_lens.max()) + 1) if use_cache else (None, None)
@@ -126,9 +128,10 @@ def beam_search(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     use_cache: bool = True,
+    max_positions: int | None = None,
 ) -> list[list[int]]:
     """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
-    without bos/eos). Same model interface as greedy_translate.
+    without bos/eos). Same model interface and max_positions as greedy_translate.
 
     Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos). Each step keeps the
     2k best expansions of a sentence: those ending in eos among the first k are finished, the best k others
@@ -140,7 +143,7 @@ def beam_search(
     memory, src_mask = model.encode(src)
     B, S = src.shape
     eos, K = model.eos_id, beam_size
-    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, max_positions or model.max_seq_len)
     caches, memory_caches = model.new_caches(B, S, int(max_lens.max()) + 1) if use_cache else (None, None)
 
     sentence = torch.arange(B, device=src.device)  # original index of each live sentence

@@ -182,7 +182,8 @@ def encode_source(tokenizer, line: str, eos_id: int) -> list[int]:
 def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_size: int, max_tokens: int,
                     advance: Callable[[int], None] = lambda n: None, **settings) -> list[str]:
     """Sentences -> translations, batch_size at a time (sorted by length so batches carry little padding);
-    sources longer than max_tokens (the trained length, </s> included) are truncated, said in one line."""
+    sources longer than max_tokens (the trained length, </s> included) are truncated, said in one line, and
+    translations use at most max_tokens decoder positions, as in training."""
     from lab.data.batching import pad_batch  # noqa: PLC0415
     from lab.models.decoding import translate_ids  # noqa: PLC0415
 
@@ -195,7 +196,7 @@ def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_si
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         src = pad_batch([ids[i] for i in chunk], model.pad_id).to(device)
-        hyps = translate_ids(model, src, beam_size, **settings)
+        hyps = translate_ids(model, src, beam_size, max_positions=max_tokens, **settings)  # trained target length
         for i, hyp in zip(chunk, hyps):
             out[i] = tokenizer.decode(hyp)
         advance(len(chunk))
