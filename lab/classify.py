@@ -1,4 +1,6 @@
-"""Label texts with a classifier checkpoint: python -m lab.classify ckpt_path=... text="..." (or file=lines.txt)"""
+"""Label texts with a classifier checkpoint: python -m lab.classify ckpt_path=<run dir or .ckpt> text="..."
+(or file=lines.txt, or lines on stdin). Prints label <TAB> probability <TAB> text (as the model read it), one
+line per input line; a blank input line gives a blank output line."""
 from __future__ import annotations
 
 import hydra
@@ -7,22 +9,38 @@ from omegaconf import DictConfig
 from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
 from lab.runtime.help import exit_with_help
+from lab.runtime.inputs import take_text_arguments, taken
 
 
 @hydra.main(config_path="../conf", config_name="classify", version_base="1.3")
 @user_errors_exit
-def main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig) -> None:
+    from lab.data.text import normalize_sentence  # noqa: PLC0415
     from lab.runtime.checkpoints import load_model  # noqa: PLC0415
-    from lab.runtime.inference import classify, pick_device, read_inputs  # noqa: PLC0415
+    from lab.runtime.inference import check_settings, checkpoint_for, classify, pick_device, trained_length  # noqa: PLC0415
+    from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
-    texts = read_inputs(cfg.text, cfg.file)
-    model, tokenizer, meta = load_model(cfg.ckpt_path, pick_device(cfg.device))
+    settings = check_settings(cfg, "batch_size")
+    path, meta = checkpoint_for("lab.classify", str(cfg.ckpt_path))
+    texts = [normalize_sentence(t) for t in read_texts(taken("text"), taken("file"))]
+    model, tokenizer, meta = load_model(path, pick_device(cfg.device))
     labels = (meta.get("data") or {}).get("labels")
-    if not hasattr(model, "classifier") or getattr(model, "head_kind", None) != "sequence" or not labels:
-        raise LabError(f"{cfg.ckpt_path} is not a sequence classifier checkpoint (with label names) from lab.train")
-    max_length = meta["data"].get("max_length", model.cfg.max_seq_len)
-    for text, (label, p) in zip(texts, classify(model, tokenizer, labels, texts, max_length, int(cfg.batch_size))):
-        print(f"{label}\t{p:.3f}\t{text}")
+    if getattr(model, "head_kind", None) != "sequence" or not labels:
+        raise LabError(f"{path} is not a sequence classifier checkpoint (with label names) from lab.train")
+    todo = [i for i, t in enumerate(texts) if t]
+    say_blank(len(texts) - len(todo), len(texts))
+    out = [""] * len(texts)
+    with progress(len(todo), "classifying") as advance:
+        results = classify(model, tokenizer, labels, [texts[i] for i in todo], trained_length(meta),
+                           settings["batch_size"], advance)
+    for i, (label, p) in zip(todo, results):
+        out[i] = f"{label}\t{p:.3f}\t{texts[i]}"
+    write_lines(out)
+
+
+def main() -> None:
+    take_text_arguments("text", "file")  # free text and paths verbatim, before Hydra parses the command line
+    run()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Translate with a trained translator: python -m lab.translate ckpt_path=... text="Wie spät ist es?" beam_size=5"""
+"""Translate with a trained translator: python -m lab.translate ckpt_path=<run dir or .ckpt> text="Wie spät ist es?"
+beam_size=5, or input_file=in.de (or lines on stdin) [output_file=out.en]: one translation per input line, in
+order; a blank input line gives a blank output line."""
 from __future__ import annotations
 
 import sys
@@ -8,33 +10,46 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
 from lab.runtime.help import exit_with_help
+from lab.runtime.inputs import take_text_arguments, taken
 
 
 @hydra.main(config_path="../conf", config_name="translate", version_base="1.3")
 @user_errors_exit
-def main(cfg: DictConfig) -> None:
+def run(cfg: DictConfig) -> None:
+    from lab.data.text import normalize_sentence  # noqa: PLC0415
     from lab.runtime.checkpoints import load_model  # noqa: PLC0415
-    from lab.runtime.inference import pick_device, read_inputs, translate_lines  # noqa: PLC0415
+    from lab.runtime.inference import check_settings, checkpoint_for, pick_device, trained_length, translate_lines  # noqa: PLC0415
+    from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
-    lines = read_inputs(cfg.text, cfg.input_file, "input_file")
-    if int(cfg.beam_size) < 1:
-        raise LabError(f"beam_size must be >= 1, got {cfg.beam_size}")
-    model, tokenizer, _ = load_model(cfg.ckpt_path, pick_device(cfg.device))
-    if not hasattr(model, "encode") or not hasattr(model, "bos_id"):
-        raise LabError(f"{cfg.ckpt_path} is not a translator checkpoint; lab.translate needs a seq2seq run")
-    settings = {"max_len_ratio": float(cfg.max_len_ratio), "max_len_offset": int(cfg.max_len_offset),
-                "length_penalty": float(cfg.length_penalty)}
+    settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size")
+    path, meta = checkpoint_for("lab.translate", str(cfg.ckpt_path))
+    lines = read_texts(taken("text"), taken("input_file"), "input_file")
+    model, tokenizer, _ = load_model(path, pick_device(cfg.device))
+    todo = [i for i, line in enumerate(lines) if normalize_sentence(line)]
+    say_blank(len(lines) - len(todo), len(lines))
+    batch_size, beam_size = settings.pop("batch_size"), settings.pop("beam_size")
     t0 = time.perf_counter()
-    translations = translate_lines(model, tokenizer, lines, int(cfg.batch_size), int(cfg.beam_size), **settings)
+    with progress(len(todo), "translating") as advance:
+        translations = translate_lines(model, tokenizer, [lines[i] for i in todo], batch_size, beam_size,
+                                       trained_length(meta), advance, **settings)
     elapsed = time.perf_counter() - t0
-    if cfg.output_file:
-        Path(str(cfg.output_file)).expanduser().write_text("".join(t + "\n" for t in translations), encoding="utf-8")
-        print(f"{len(lines)} sentences -> {cfg.output_file} in {elapsed:.1f}s (beam {cfg.beam_size})", file=sys.stderr)
+    out = [""] * len(lines)
+    for i, t in zip(todo, translations):
+        out[i] = t
+    output_file = taken("output_file")
+    if output_file:
+        with open(Path(output_file).expanduser(), "w", encoding="utf-8") as f:
+            write_lines(out, f)
+        print(f"{len(lines)} lines -> {output_file} in {elapsed:.1f}s (beam {beam_size})", file=sys.stderr)
     else:
-        print("\n".join(translations))
+        write_lines(out)
+
+
+def main() -> None:
+    take_text_arguments("text", "input_file", "output_file")  # verbatim, before Hydra parses the command line
+    run()
 
 
 if __name__ == "__main__":

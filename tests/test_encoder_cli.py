@@ -26,10 +26,11 @@ def mlm_ckpt(tmp_path_factory):
 def test_mlm_run_reports_masked_accuracy_and_fills_masks(mlm_ckpt, tmp_path):
     rows = read_metrics(mlm_ckpt.parents[1])
     assert any(r.get("val/acc") for r in rows) and any(r.get("train/loss") for r in rows)
-    out = run_module("lab.fill_mask", [f"ckpt_path={mlm_ckpt}", "text='a [MASK] film with a [MASK] cast'", "top_k=3"], tmp_path)
+    out = run_module("lab.fill_mask", [f"ckpt_path={mlm_ckpt}", "text=a [MASK] film with a [MASK] cast", "top_k=3"], tmp_path)
     assert out.returncode == 0, out.stderr
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("[MASK]")]
-    assert len(lines) == 2 and all(len(ln.split()) == 2 + 2 * 3 for ln in lines), out.stdout
+    (line,) = out.stdout.splitlines()  # per [MASK] a column of top_k (token, probability), then the text
+    *masks, text = line.split("\t")
+    assert text == "a [MASK] film with a [MASK] cast" and [len(m.split()) for m in masks] == [2 * 3, 2 * 3], out.stdout
 
 
 def test_pretrained_classifier_loads_the_encoder_and_inference_agrees(mlm_ckpt, tmp_path):

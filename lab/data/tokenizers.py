@@ -2,6 +2,10 @@
 
 All share one interface (encode, decode, vocab_size, token_id, to_json) and serialise to a JSON string,
 which checkpoints embed so inference never needs the training data.
+
+`encode` reads text as text: a special token's string in it ("[PAD]", "</s>", "[MASK]") is encoded like any
+other characters, as transformers' `split_special_tokens=True` does. The only special ids in a sequence are
+those lab's code adds itself ([CLS]/[SEP], </s>, <|endoftext|> between documents, the fill-mask [MASK]).
 """
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ KINDS = ("char", "bpe", "wordpiece")
 
 
 class CharTokenizer:
-    """One id per character seen in training; unseen characters map to the first special token if any."""
+    """One id per character seen in training; an unseen character maps to [UNK] if the vocabulary has it and
+    is left out otherwise (never to another special token); `unknown(text)` lists them so callers can say so."""
 
     kind = "char"
 
@@ -24,7 +29,7 @@ class CharTokenizer:
         self.special_tokens = list(special_tokens)
         self.itos = self.special_tokens + list(chars)
         self.stoi = {c: i for i, c in enumerate(self.itos)}
-        self.unk = self.stoi.get("[UNK]", 0)
+        self.unk = self.stoi.get("[UNK]")
 
     @classmethod
     def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int | None = None) -> CharTokenizer:
@@ -41,8 +46,13 @@ class CharTokenizer:
         return self.stoi.get(token) if token in self.special_tokens else None
 
     def encode(self, text: str) -> list[int]:
-        stoi, unk = self.stoi, self.unk
-        return [stoi.get(c, unk) for c in text]
+        n, unk = len(self.special_tokens), self.unk
+        ids = (self.stoi.get(c, unk) for c in text)
+        return [i for i in ids if i is not None and (i >= n or i == unk)]  # a special's string is never one char
+
+    def unknown(self, text: str) -> list[str]:
+        """The distinct characters of text that are not in the vocabulary (encoded as [UNK] or left out)."""
+        return sorted({c for c in text if self.stoi.get(c, -1) < len(self.special_tokens)})
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         n = len(self.special_tokens) if skip_special else 0
@@ -57,6 +67,7 @@ class HFTokenizer:
 
     def __init__(self, backend, kind: str, special_tokens: list[str]):
         self.backend, self.kind, self.special_tokens = backend, kind, list(special_tokens)
+        backend.encode_special_tokens = True  # "[PAD]" in a text is the five characters, not the pad id
 
     @classmethod
     def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int, kind: str = "bpe") -> HFTokenizer:
@@ -91,6 +102,10 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
+
+    def unknown(self, text: str) -> list[str]:
+        """Byte-level BPE knows every text; WordPiece says [UNK] itself: nothing is left out."""
+        return []
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]

@@ -40,15 +40,19 @@ def generate(
     use_cache: bool = True,
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
+    window: int | None = None,
+    on_token: Callable[[torch.Tensor], None] | None = None,
 ) -> torch.Tensor:  # [B, T0 + n]
     """Sample from a causal LM (`model(ids, caches) -> logits`, `model.new_caches(B)`, `model.max_seq_len`).
 
     Past the context window the context slides forward by half a window: the cache is rebuilt from the
     last window/2 tokens, so every token still sees at least window/2 tokens of context and the rebuild
     cost is paid once per window/2 tokens, not every step. use_cache=False recomputes the same context
-    from scratch each step, so both modes give the same tokens.
+    from scratch each step, so both modes give the same tokens. window: the context length (default the
+    model's max_seq_len; inference passes the length it was trained on). on_token(next_ids [B, 1]) is called
+    as each token is chosen (streaming).
     """
-    window = model.max_seq_len
+    window = window or model.max_seq_len
     ctx_start = max(0, ids.shape[1] - window)
     caches = None
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -68,6 +72,8 @@ def generate(
             next_id = next_id.masked_fill(finished[:, None], eos_id)
             finished |= next_id[:, 0] == eos_id
         ids = torch.cat([ids, next_id], dim=1)
+        if on_token is not None:
+            on_token(next_id)
         if eos_id is not None and bool(finished.all()):
             break
     return ids
@@ -85,15 +91,17 @@ def _strip(row: list[int], eos_id: int) -> list[int]:
 
 @torch.inference_mode()
 def greedy_translate(
-    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True
+    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True,
+    max_positions: int | None = None,
 ) -> list[list[int]]:
     """Most likely next token each step, all sentences of the batch at once; -> token ids without bos/eos.
 
     model: `encode(src) -> (memory, src_mask)`, `decode(tgt, memory, src_mask, caches, memory_caches)`,
     `new_caches(batch, src_len, max_len)`, bos_id, eos_id, max_seq_len (lab.models.seq2seq.EncoderDecoder).
+    max_positions: decoder positions to use at most (default max_seq_len; inference passes the trained length).
     """
     memory, src_mask = model.encode(src)  # once per sentence
-    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, max_positions or model.max_seq_len)
     B = src.shape[0]
     tokens = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)
     caches, memory_caches = model.new_caches(B, src.shape[1], int(max_lens.max()) + 1) if use_cache else (None, None)
@@ -120,9 +128,10 @@ def beam_search(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     use_cache: bool = True,
+    max_positions: int | None = None,
 ) -> list[list[int]]:
     """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
-    without bos/eos). Same model interface as greedy_translate.
+    without bos/eos). Same model interface and max_positions as greedy_translate.
 
     Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos; a hypothesis cut at its
     maximum length ends with eos at the model's eos probability, not a free one). Each step keeps the
@@ -135,7 +144,7 @@ def beam_search(
     memory, src_mask = model.encode(src)
     B, S = src.shape
     eos, K = model.eos_id, beam_size
-    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, model.max_seq_len)
+    max_lens = _max_lengths(src_mask, max_len_ratio, max_len_offset, max_positions or model.max_seq_len)
     caches, memory_caches = model.new_caches(B, S, int(max_lens.max()) + 1) if use_cache else (None, None)
 
     sentence = torch.arange(B, device=src.device)  # original index of each live sentence

@@ -179,3 +179,24 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"):
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     model.load_state_dict(state)
     return model.to(device).eval(), tokenizer_from_json(meta["tokenizer"]), meta
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file or sharded directory as given; a run directory (or its checkpoints/) -> its best
+    checkpoint (best-*.ckpt, the newest if several), else last.ckpt; which one is said on stderr."""
+    import sys  # noqa: PLC0415
+
+    p = Path(str(path)).expanduser()
+    if not p.is_dir() or is_sharded_checkpoint(p):
+        return p
+    folder = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    best = sorted(folder.glob("best-*.ckpt"), key=lambda c: c.stat().st_mtime)
+    if best:
+        choice, why = best[-1], "the run's best checkpoint" + (f", the newest of {len(best)}" if len(best) > 1 else "")
+    elif (folder / "last.ckpt").exists():
+        choice, why = folder / "last.ckpt", "the run's last checkpoint; it has no best-*.ckpt"
+    else:
+        raise LabError(f"ckpt_path={p} is a directory without checkpoints (no checkpoints/best-*.ckpt or last.ckpt); "
+                       "give a run directory or a .ckpt file")
+    print(f"using {choice} ({why})", file=sys.stderr)
+    return choice
