@@ -73,12 +73,13 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
     return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), **kwargs)
 
 
-def finish_loggers(loggers: list) -> None:
+def finish_loggers(loggers: list, exit_code: int = 0) -> None:
     """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
-    the same process would otherwise log into it instead of starting its own run."""
+    the same process would otherwise log into it instead of starting its own run. exit_code != 0: the run
+    was interrupted or failed, and W&B records it so (not as a success)."""
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     for logger in loggers:
         if isinstance(logger, WandbLogger) and rank_zero_only.rank == 0 and logger._experiment is not None:
-            logger.experiment.finish()
+            logger.experiment.finish(exit_code=exit_code)

@@ -40,6 +40,7 @@ def train(cfg: DictConfig) -> float | None:
     from lab.models import build_model  # noqa: PLC0415
     from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
     from lab.runtime.loggers import finish_loggers  # noqa: PLC0415
+    from lab.runtime.sweeps import record_final_metrics  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
@@ -84,6 +85,7 @@ def train(cfg: DictConfig) -> float | None:
 
     log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, out_dir)
     pin_child_processes_to_job()
+    exit_code = 1  # W&B records a job that did not get to the end (interrupted, failed) as non-zero
     try:
         with job_processes():
             trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
@@ -94,8 +96,10 @@ def train(cfg: DictConfig) -> float | None:
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             if hasattr(task, "log_samples") and task.samples:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
+        exit_code = 0
     finally:
-        finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
+        finish_loggers(loggers, exit_code)  # the next job of a sweep starts its own W&B run
+    record_final_metrics({**metrics, "params/total": counts["total"], "params/active": counts["active"]})
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, out_dir)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return value if value is not None and math.isfinite(value) else None
