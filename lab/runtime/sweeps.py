@@ -305,7 +305,7 @@ def summarize(sweep_dir: Path) -> tuple[list[str], bool]:
         if state == "running":  # no end recorded: the process was killed (SIGKILL, out of memory, node lost)
             state = "interrupted"
         counts[state] = counts.get(state, 0) + 1
-        if state != "completed":
+        if state not in ("completed", "pruned"):  # pruned: an Optuna trial stopped early on purpose
             reason = status.get("error") or ("no end recorded (killed)" if status.get("state") == "running" else state)
             problems.append(f"job {path.parent.name} {state}: {reason} (log: {path.parent / 'train.log'})")
     order = [s for s in (*ENDED, "unknown") if s in counts]
