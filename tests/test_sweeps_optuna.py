@@ -21,12 +21,12 @@ ARGS = [*SWEEP_ARGS, "trainer.max_steps=4", "logger.wandb.mode=disabled", "+hpar
 
 def test_search_space_grammar_maps_to_optuna_distributions():
     space, fixed = search_space(["lr=tag(log, interval(1e-4, 1e-2))", "wd=interval(0.0, 0.2)", "layers=range(2, 8, 2)",
-                                 "heads=interval(1, 8)", "drop=choice(0.0, 0.1)", "act=choice(gelu, swiglu)", "seed=3"])
+                                 "heads=range(1, 9)", "drop=choice(0.0, 0.1)", "act=choice(gelu, swiglu)", "seed=3"])
     assert space == {
         "lr": FloatDistribution(1e-4, 1e-2, log=True),
         "wd": FloatDistribution(0.0, 0.2),
         "layers": IntDistribution(2, 6, step=2),  # range excludes its stop, as in Python and Hydra's grids
-        "heads": IntDistribution(1, 8),
+        "heads": IntDistribution(1, 8),  # an integer span: range (Hydra's interval is always float)
         "drop": CategoricalDistribution([0.0, 0.1]),
         "act": CategoricalDistribution(["gelu", "swiglu"]),
     }
@@ -42,10 +42,10 @@ def test_pruning_failure_budget_interruption_and_continuation(tmp_path):
     storage = f"sqlite:///{tmp_path.resolve()}/gpt_nano_char/optuna.db"
     (tmp_path / "gpt_nano_char").mkdir()
     study = optuna.create_study(study_name="gpt_nano_char-optuna", storage=storage, direction="minimize")
-    study.enqueue_trial({"task.optimizer.lr": 3e-3})   # learns: the reference for the pruner
-    study.enqueue_trial({"task.optimizer.lr": 1e-7})   # barely moves: worse than trial 0 at step 2 -> pruned
+    study.enqueue_trial({"task.optimizer.lr": 3e-3, "model.n_heads": 4})  # learns: the reference for the pruner
+    study.enqueue_trial({"task.optimizer.lr": 1e-7, "model.n_heads": 4})  # barely moves: worse than trial 0 at step 2 -> pruned
     study.enqueue_trial({"task.optimizer.lr": 3e-3, "model.n_heads": 3})  # d_model 128 / 3 heads: fails
-    space = ['hydra.sweeper.params={task.optimizer.lr:"tag(log, interval(1e-7, 1e-2))",model.n_heads:"choice(4, 3)"}']
+    space = ["task.optimizer.lr=tag(log, interval(1e-7, 1e-2))", "model.n_heads=choice(4, 3)"]  # join/replace params
 
     # 1. three trials: one completes, one is pruned, one fails within the budget (floor(0.34 * 3) = 1)
     first = run_module("lab.train", [*ARGS, *space, "hydra.sweeper.n_trials=3", "hydra.sweeper.max_failure_rate=0.34",
@@ -84,7 +84,7 @@ def test_multi_objective_search_writes_the_pareto_front(tmp_path):
     result = run_module("lab.train", [*ARGS, "hydra.sweeper.n_trials=3", "hydra.sweeper.storage=null",
                                       "hydra/sweeper/pruner=none", "hydra.sweeper.objectives=[val/loss,params/active]",
                                       "hydra.sweeper.direction=[minimize,minimize]",
-                                      "hydra.sweeper.params={task.optimizer.lr:\"tag(log, interval(1e-4, 1e-2))\",model.d_model:\"choice(32, 64)\"}"],
+                                      "model.d_model=choice(32, 64)"],
                         tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep_dir,) = (tmp_path / "gpt_nano_char" / "multirun").iterdir()

@@ -91,13 +91,9 @@ def search_space(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
             integer = all(isinstance(x, int) for x in (v.start, v.stop, v.step))
             space[key] = (IntDistribution(values[0], values[-1], step=v.step) if integer
                           else FloatDistribution(values[0], values[-1], step=v.step))
-        elif o.is_interval_sweep():
+        elif o.is_interval_sweep():  # Hydra's intervals are floats; integers: range(...) or choice(...)
             v = o.value()
-            log_scale = "log" in v.tags
-            if isinstance(v.start, int) and isinstance(v.end, int):
-                space[key] = IntDistribution(v.start, v.end, log=log_scale)
-            else:
-                space[key] = FloatDistribution(float(v.start), float(v.end), log=log_scale)
+            space[key] = FloatDistribution(float(v.start), float(v.end), log="log" in v.tags)
         else:
             raise ValueError(f"{o.input_line}: not a sweep Optuna can sample (use choice, range or interval)")
     return space, fixed

@@ -25,7 +25,9 @@ class OptunaPruning(L.Callback):
             from hydra_plugins.lab_optuna_sweeper.sweeper import trial_for_job  # noqa: PLC0415 - the sweep extra
 
             hc = HydraConfig.get()
-            self.trial = trial_for_job(hc.sweep.dir, hc.job.num)
+            trial = trial_for_job(hc.sweep.dir, hc.job.num)
+            # Optuna prunes single-objective studies only (Trial.report refuses multi-objective ones)
+            self.trial = trial if trial is not None and len(trial.study.directions) == 1 else None
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
