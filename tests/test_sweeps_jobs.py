@@ -197,3 +197,15 @@ def test_submitit_local_runs_two_jobs_in_parallel_processes(tmp_path):
     assert "2 jobs: 2 completed" in result.stdout
     pids = {json.loads((sweep_dir / j / "status.json").read_text())["pid"] for j in "01"}
     assert len(pids) == 2  # each job in its own process (submitit)
+
+
+def test_optuna_search_without_the_sweep_extra_is_one_line_naming_the_install(tmp_path):
+    blocked = tmp_path / "blocked"
+    (blocked / "optuna").mkdir(parents=True)
+    (blocked / "optuna" / "__init__.py").write_text("raise ImportError('No module named optuna')\n")  # as if not installed
+    env = {"PYTHONPATH": f"{blocked}{os.pathsep}{ROOT}"}
+    result = run_module("lab.train", [*SWEEP_ARGS, "logger.wandb.mode=disabled", "+hparams_search=optuna"], tmp_path / "runs",
+                        timeout=120, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip() == "error: +hparams_search=optuna needs Optuna: pip install 'lab[sweep]'"
+    assert not list((tmp_path / "runs").rglob("status.json"))  # no trial started
