@@ -36,7 +36,7 @@ train: setup
 
 # ruff and the import-linter contracts (pyproject.toml): a violation names the file and the offending import
 lint: setup
-	$(VENV)/bin/ruff check lab tests benchmarks experiments
+	$(VENV)/bin/ruff check lab tests benchmarks experiments hydra_plugins .ci
 	$(VENV)/bin/lint-imports --no-cache
 
 test: setup browser apt-lists lint
