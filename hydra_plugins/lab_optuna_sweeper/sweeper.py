@@ -172,8 +172,9 @@ class OptunaSweeper(Sweeper):
             try:
                 returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
             except BaseException:
+                running = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
                 for trial in trials:  # an interrupted sweep leaves no trial RUNNING
-                    if study._storage.get_trial(trial._trial_id).state == optuna.trial.TrialState.RUNNING:
+                    if trial.number in running:
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 log.warning("optuna: sweep interrupted; trial(s) %s marked FAIL", ", ".join(str(t.number) for t in trials))
                 raise
@@ -219,7 +220,7 @@ class OptunaSweeper(Sweeper):
     def _fail_stale_trials(study, optuna) -> None:
         """Trials a previous, interrupted sweep left RUNNING (killed before it could tell) are marked FAIL.
         One sweeper per study: a study shared by concurrent sweepers would lose their running trials here."""
-        stale = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+        stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for t in stale:
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
         if stale:
