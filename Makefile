@@ -61,7 +61,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml .ci/lowest.py
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST_VENV)/bin/python -m pip install --quiet torch==$(TORCH_VERSION)
 	$(OLDEST_VENV)/bin/python .ci/lowest.py > $(OLDEST_VENV)/lowest.txt
-	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/lowest.txt -e '.[dev]'
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/lowest.txt -e '.[all]' pytest
 	$(OLDEST_VENV)/bin/python -m pip check
 	touch $@
 

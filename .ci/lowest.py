@@ -1,13 +1,16 @@
-"""Print pip constraints pinning every direct dependency of lab (core and all extras) to its lower bound in
-pyproject.toml: `make test-oldest` installs with them, so each `>=` bound is a version the suite passed on.
-torch is left out: it is installed first at the pinned build (TORCH_VERSION), which must satisfy its bound."""
+"""Print pip constraints pinning every direct dependency of lab (core and the feature extras) to its lower
+bound in pyproject.toml: `make test-oldest` installs with them, so each `>=` bound is a version the suite
+passed on. torch is left out: it is installed first at the pinned build (TORCH_VERSION), which must satisfy
+its bound. The dev extra (pytest, ruff, import-linter) is test tooling, not lab's: import-linter itself needs
+a newer rich than lab's lower bound, so test-oldest installs pytest alone, unconstrained."""
 import re
 import sys
 import tomllib
 from pathlib import Path
 
 project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
-requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+extras = {name: reqs for name, reqs in project["optional-dependencies"].items() if name != "dev"}
+requirements = project["dependencies"] + [r for reqs in extras.values() for r in reqs]
 for req in requirements:
     m = re.match(r"^\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*([^;]*)", req)
     name, spec = m.group(1), m.group(3)
