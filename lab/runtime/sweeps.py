@@ -213,7 +213,13 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
     if ckpt is not None:  # its own last checkpoint, also over a ckpt_path the whole sweep starts from
         from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
 
-        resume_step = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))
+        try:
+            resume_step = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))
+        except LabError as e:  # e.g. killed while writing it: this job fails, the sweep goes on
+            line = f"cannot resume: {e}"
+            print(f"error: job {num}: {line}", file=sys.stderr)
+            write_status(job_dir, state="failed", error=line, ended=_now())
+            return None
         with open_dict(cfg):
             cfg.ckpt_path = str(ckpt)
         _pass_to_child_processes(f"ckpt_path={ckpt}")
