@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup browser apt-lists lint train test test-fast test-slow mutants bench clean
+.PHONY: setup browser apt-lists lint train test test-fast test-slow test-all test-oldest test-newest mutants bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -11,6 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	# torch first, pinned: with it present, the project's torch>= requirement installs nothing more
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip check
 	touch $@
 
 setup: $(VENV)/.installed
@@ -35,7 +36,7 @@ train: setup
 
 # ruff and the import-linter contracts (pyproject.toml): a violation names the file and the offending import
 lint: setup
-	$(VENV)/bin/ruff check lab tests benchmarks experiments
+	$(VENV)/bin/ruff check lab tests benchmarks experiments hydra_plugins .ci
 	$(VENV)/bin/lint-imports --no-cache
 
 # the whole suite, slow (multi-process, sweeps, resume) tests included: what CI runs
@@ -54,6 +55,37 @@ test-slow: setup browser apt-lists
 mutants: setup
 	$(PY) tests/mutants.py
 
+# The version ranges in pyproject.toml, tested at both ends, each in its own venv (torch stays $(TORCH_VERSION)).
+# test-oldest: every direct dependency at its lower bound (.ci/lowest.py writes the constraints), whole suite.
+# test-newest: every dependency upgraded to its newest release, a quick subset: an upstream release that
+# breaks lab shows at once (CI runs it after `make test`).
+OLDEST_VENV ?= .venv-oldest
+NEWEST_VENV ?= .venv-newest
+QUICK_TESTS ?= tests/test_configs.py tests/test_sweeps.py tests/test_sweeps_jobs.py tests/test_sweeps_optuna.py tests/test_train_cli.py
+
+$(OLDEST_VENV)/.installed: pyproject.toml .ci/lowest.py
+	python3 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(OLDEST_VENV)/bin/python .ci/lowest.py > $(OLDEST_VENV)/lowest.txt
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/lowest.txt -e '.[all]' pytest
+	$(OLDEST_VENV)/bin/python -m pip check
+	touch $@
+
+test-oldest: $(OLDEST_VENV)/.installed browser apt-lists
+	$(OLDEST_VENV)/bin/python -m pip list --format=freeze | grep -iE '^(lightning|hydra-core|omegaconf|wandb|torchmetrics|tokenizers|numpy|matplotlib|optuna|sqlalchemy|torch)=='
+	$(OLDEST_VENV)/bin/python -m pytest -q
+
+test-newest:
+	python3 -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install --quiet torch==$(TORCH_VERSION)
+	echo "torch==$(TORCH_VERSION)" > $(NEWEST_VENV)/torch.txt
+	$(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -c $(NEWEST_VENV)/torch.txt -e '.[dev]'
+	$(NEWEST_VENV)/bin/python -m pip check
+	$(NEWEST_VENV)/bin/python -m pip list --format=freeze | grep -iE '^(lightning|hydra-core|omegaconf|wandb|torchmetrics|tokenizers|numpy|matplotlib|optuna|sqlalchemy|torch)=='
+	$(NEWEST_VENV)/bin/python -m pytest -q $(QUICK_TESTS)
+
 bench: setup
 	$(PY) benchmarks/train_overhead.py
 	$(PY) benchmarks/generation.py
@@ -61,4 +93,4 @@ bench: setup
 	$(PY) benchmarks/scale_out.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(OLDEST_VENV) $(NEWEST_VENV) runs

@@ -6,10 +6,12 @@ from omegaconf import DictConfig
 
 from lab.runtime.cli import quiet_warnings, user_errors_exit
 from lab.runtime.help import exit_with_help
+from lab.runtime.sweeps import sweep_job
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 @user_errors_exit
+@sweep_job  # status.json per run; in a multirun: a failure ends its job only, re-runs skip/resume
 def main(cfg: DictConfig) -> float | None:
     from lab.runtime.training import train  # noqa: PLC0415 - heavy imports after Hydra has parsed the command line
 

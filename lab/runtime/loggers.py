@@ -186,10 +186,11 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
                        settings=settings, **kwargs)
 
 
-def finish_loggers(loggers: list) -> None:
+def finish_loggers(loggers: list, exit_code: int = 0) -> None:
     """End this job's W&B run (rank 0 owns it). Lightning leaves it open, and the next job of a sweep in
-    the same process would otherwise log into it instead of starting its own run. Bounded by the run's
-    finish_timeout; what did not upload by then is on disk, and the line says how to upload it."""
+    the same process would otherwise log into it instead of starting its own run. exit_code != 0: the run
+    was interrupted or failed, and W&B records it so (not as a success). Bounded by the run's finish_timeout;
+    what did not upload by then is on disk, and the line says how to upload it."""
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
@@ -198,7 +199,7 @@ def finish_loggers(loggers: list) -> None:
             run = logger.experiment
             limit, online, run_dir = float(run.settings.finish_timeout or 0), run.settings.mode == "online", Path(run.dir).parent
             t0 = time.perf_counter()
-            run.finish()
+            run.finish(exit_code=exit_code)
             if limit and online and time.perf_counter() - t0 >= limit:
                 log.warning("W&B: uploads did not finish within %g s (logger.wandb.finish_timeout); the rest is on "
                             "disk, upload it with: wandb sync %s", limit, run_dir)

@@ -46,6 +46,7 @@ def train(cfg: DictConfig) -> float | None:
     from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
     from lab.runtime.ranks import set_global_rank  # noqa: PLC0415
     from lab.runtime.resume import check_resume, check_vocabulary  # noqa: PLC0415
+    from lab.runtime.sweeps import record_final_metrics  # noqa: PLC0415
     from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
@@ -112,6 +113,7 @@ def train(cfg: DictConfig) -> float | None:
 
     log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, out_dir)
     pin_child_processes_to_job()
+    exit_code = 1  # W&B records a job that did not get to the end (interrupted, failed) as non-zero
     try:
         with job_processes():
             # --- preemption: a stop signal ends fit after a checkpoint of the current step; exit resumable ---
@@ -134,13 +136,15 @@ def train(cfg: DictConfig) -> float | None:
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
             if hasattr(task, "log_samples") and task.samples and getattr(task, "samples_step", None) != trainer.global_step:
                 task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
+        exit_code = 0
     finally:
         if resume:
             resume.cleanup()
-        finish_loggers(loggers)  # the next job of a sweep starts its own W&B run
+        finish_loggers(loggers, exit_code)  # the next job of a sweep starts its own W&B run
         from lab.runtime.rundir import release_run_dirs  # noqa: PLC0415
 
         release_run_dirs()  # preemption: the next job of a sweep locks its own directory
+    record_final_metrics({**metrics, "params/total": counts["total"], "params/active": counts["active"]})
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, out_dir)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return value if value is not None and math.isfinite(value) else None

@@ -1,0 +1,1 @@
+"""lab's Optuna sweeper for Hydra (+hparams_search=optuna)."""

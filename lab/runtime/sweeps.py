@@ -1,0 +1,349 @@
+"""Sweep jobs that fail, stop and continue alone.
+
+Every run directory records how its job ended in `status.json` (running -> completed | interrupted | failed |
+pruned, with the error line), written atomically; `completed` is written last, after checkpoints, metrics and
+the W&B run are closed, so it is the completion marker. In a Hydra multirun (`-m`, any launcher, Optuna too):
+
+- a job that fails (a user error or an exception) is recorded and the sweep goes on;
+- re-running the same command into the same sweep dir (`hydra.sweep.dir=...`) skips completed jobs, resumes
+  interrupted or failed ones from their own `checkpoints/last.ckpt`, starts the rest: one line per job says which;
+- each job keeps one W&B run id (stored in its status.json, resumed with resume="allow");
+- the sweep ends with a summary (N completed, M failed with their error lines and logs) and a non-zero exit
+  code if any job did not complete (`SweepCallbacks`, a Hydra callback in conf/train.yaml);
+- a launcher that cannot work here (hydra/launcher=slurm without SLURM, submitit not installed) is one
+  `error:` line before any job starts.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from lab.errors import LabError
+
+log = logging.getLogger("lab")
+STATUS_FILE = "status.json"
+ENDED = ("completed", "interrupted", "failed", "pruned")
+_final_metrics: dict[str, float] = {}  # set by record_final_metrics (training.py), read by sweep_job
+_unrecorded: list[str] = []  # failures that could not be written into a job dir (it holds another job)
+
+
+# ---- the record of one job ---------------------------------------------------------------------------
+
+def read_status(job_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(job_dir) / STATUS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # cannot happen with write_status's atomic replace; say so if it does
+        log.warning("%s/%s is unreadable (%s): treated as a job that never ran", job_dir, STATUS_FILE, e)
+        return None
+
+
+def write_status(job_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Update the job's status.json atomically (write a temporary file, then rename over the old one)."""
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    status = {**(read_status(job_dir) or {}), **fields, "updated": _now()}
+    tmp = job_dir / f".{STATUS_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(status, indent=1, default=str))
+    os.replace(tmp, job_dir / STATUS_FILE)
+    return status
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def record_final_metrics(metrics: dict[str, float]) -> None:
+    """training.train hands over every final metric (val, test, params/*): status.json keeps them, and the
+    Optuna sweeper reads its objectives from there."""
+    _final_metrics.clear()
+    _final_metrics.update(metrics)
+
+
+def how_it_ended(e: BaseException) -> tuple[str, str]:
+    """-> (state, one line) for an exception that ended a job."""
+    from lab.runtime.cli import user_error_in  # noqa: PLC0415 - cli imports this module's callers
+
+    if isinstance(e, KeyboardInterrupt | SystemExit):  # Lightning turns Ctrl-C into sys.exit(1)
+        return "interrupted", "interrupted (Ctrl-C or a signal)"
+    if type(e).__name__ == "TrialPruned":  # optuna's, raised by the pruning callback
+        return "pruned", str(e) or "pruned"
+    cause = user_error_in(e)
+    return "failed", str(cause) if cause is not None else f"{type(e).__name__}: {e}"
+
+
+def resume_checkpoint(job_dir: Path) -> Path | None:
+    """The checkpoint an unfinished job continues from: its own checkpoints/last.ckpt.
+    (The general `ckpt_path=auto` of the preemption work should take this over at merge.)"""
+    last = Path(job_dir) / "checkpoints" / "last.ckpt"
+    return last if last.exists() else None
+
+
+# ---- metrics.csv across a resume -------------------------------------------------------------------
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def merge_metrics(before: list[dict[str, str]], after: list[dict[str, str]], resume_step: int) -> tuple[list[dict], int]:
+    """metrics.csv of a resumed job = what was logged before, up to the checkpoint's step, then the new rows.
+    Values the resumed run logs again (same metric, same step) come from the new run. -> (rows, dropped cells)."""
+    relogged = {(k, r.get("step")) for r in after for k, v in r.items() if v not in ("", None) and k != "step"}
+    kept, dropped = [], 0
+    for row in before:
+        step = int(float(row.get("step") or 0))
+        cells = {k: v for k, v in row.items() if v not in ("", None)}
+        metric_keys = [k for k in cells if k not in ("step", "epoch")]
+        stale = [k for k in metric_keys if step > resume_step or (k, row.get("step")) in relogged]
+        dropped += len(stale)
+        if len(stale) < len(metric_keys):
+            kept.append({k: v for k, v in cells.items() if k not in stale})
+    return kept + after, dropped
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+class ContinuedMetrics:
+    """Lightning's CSVLogger deletes an existing metrics.csv when a run starts in the same directory: set the
+    old rows aside before the resumed job starts, put them back in front of the new ones when it ends."""
+
+    def __init__(self, job_dir: Path, resume_step: int):
+        self.path = Path(job_dir) / "csv" / "metrics.csv"
+        self.aside = self.path.with_name("metrics.before-resume.csv")
+        self.step = resume_step
+
+    def __enter__(self):
+        if self.aside.is_file():  # a previous resume was killed before it could merge: merge it now
+            rows, _ = merge_metrics(_read_rows(self.aside), _read_rows(self.path), self.step)
+            _write_rows(self.aside, rows)
+        elif self.path.is_file():
+            os.replace(self.path, self.aside)
+        return self
+
+    def __exit__(self, *exc):
+        if not self.aside.is_file():
+            return
+        rows, dropped = merge_metrics(_read_rows(self.aside), _read_rows(self.path), self.step)
+        _write_rows(self.path, rows)
+        self.aside.unlink()
+        if dropped:
+            log.info("metrics.csv continued at step %d: %d values logged after that checkpoint were dropped "
+                     "(the resumed run logged those steps again)", self.step, dropped)
+
+
+# ---- one job -------------------------------------------------------------------------------------------
+
+def _hydra_job() -> dict[str, Any] | None:
+    """This job's place in a Hydra multirun, or None for a single run."""
+    from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+    from hydra.types import RunMode  # noqa: PLC0415
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    return {"num": hc.job.num, "dir": Path(hc.runtime.output_dir), "overrides": list(hc.overrides.task)}
+
+
+def sweep_job(fn):
+    """Wrap an entry point's Hydra task function (inside `user_errors_exit`): record how the job ends in its
+    run dir; in a multirun also skip / resume / start it, and let a failure end this job only."""
+
+    @functools.wraps(fn)
+    def wrapper(cfg: DictConfig):
+        from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415 - rank from the environment
+
+        if rank_zero_only.rank != 0:  # DDP/FSDP ranks > 0 re-run this job: rank 0 keeps its record
+            return fn(cfg)
+        job = _hydra_job()
+        if job is None:  # a single run: record its end, errors go on to user_errors_exit (one line, exit 2)
+            out = Path(cfg.paths.output_dir)
+            write_status(out, state="running", started=_now(), error=None, pid=os.getpid(), host=os.uname().nodename)
+            return _run(fn, cfg, out, resume_step=None)
+        from lab.runtime import cli  # noqa: PLC0415
+
+        cli.LAUNCH_TIME = time.time()  # "first step N s after launch" counts from this job's own start
+        return _run_sweep_job(fn, cfg, job)
+
+    return wrapper
+
+
+def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
+    num, job_dir, overrides = job["num"], job["dir"], job["overrides"]
+    what = f"job {num} ({' '.join(overrides) or 'no overrides'})"
+    before = read_status(job_dir)
+    if before and before.get("overrides") not in (None, overrides):
+        line = (f"{job_dir} holds another job ({' '.join(before['overrides'])}), not {what}: this sweep dir "
+                "was made by a different command; use a new hydra.sweep.dir")
+        log.error("%s", line)
+        print(f"error: {line}", file=sys.stderr)
+        _unrecorded.append(f"job {num} failed: {line}")
+        return None
+    if before and before.get("state") == "completed":
+        log.info("%s: skipped, completed %s (%s)", what, before.get("ended"), job_dir)
+        return before.get("value")
+
+    resume_step = None
+    ckpt = resume_checkpoint(job_dir) if before else None
+    if ckpt is not None:  # its own last checkpoint, also over a ckpt_path the whole sweep starts from
+        from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
+
+        try:
+            resume_step = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))
+        except LabError as e:  # e.g. killed while writing it: this job fails, the sweep goes on
+            line = f"cannot resume: {e}"
+            print(f"error: job {num}: {line}", file=sys.stderr)
+            write_status(job_dir, state="failed", error=line, ended=_now())
+            return None
+        with open_dict(cfg):
+            cfg.ckpt_path = str(ckpt)
+        _pass_to_child_processes(f"ckpt_path={ckpt}")
+        log.info("%s: resumed from %s at step %d (it was %s)", what, ckpt, resume_step, before.get("state"))
+    elif before:
+        log.info("%s: started again from scratch (it was %s, no checkpoint)", what, before.get("state"))
+    else:
+        log.info("%s: started", what)
+
+    wandb_id = (before or {}).get("wandb_id") or uuid.uuid4().hex[:12]
+    if cfg.get("logger") and cfg.logger.get("wandb") is not None:
+        with open_dict(cfg):  # the same W&B run for every attempt at this job: no duplicate runs
+            cfg.logger.wandb.id = wandb_id
+            cfg.logger.wandb.resume = "allow"
+    write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
+                 started=_now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
+    try:
+        return _run(fn, cfg, job_dir, resume_step)
+    except Exception:
+        return None  # recorded in status.json, summarised at the end of the sweep; the next job runs
+
+
+def _pass_to_child_processes(override: str) -> None:
+    """DDP/FSDP ranks > 0 re-run the job's overrides (lab.runtime.trainer.pin_child_processes_to_job):
+    add the resume checkpoint to them, or those ranks would start from scratch."""
+    from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+    from omegaconf import read_write  # noqa: PLC0415
+
+    hc = HydraConfig.get()
+    with read_write(hc.overrides):
+        hc.overrides.task.append(override)
+
+
+def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
+    _final_metrics.clear()
+    try:
+        if resume_step is None:
+            value = fn(cfg)
+        else:
+            with ContinuedMetrics(job_dir, resume_step):
+                value = fn(cfg)
+    except BaseException as e:
+        from lab.runtime.cli import user_error_in  # noqa: PLC0415
+
+        state, line = how_it_ended(e)
+        job = _hydra_job()
+        if job is not None and state == "failed":
+            if user_error_in(e) is None:  # a bug, not a user error: its traceback goes to the job's train.log
+                log.error("job %d failed", job["num"], exc_info=e)
+            else:
+                log.error("%s", line)
+            print(f"error: job {job['num']}: {line}", file=sys.stderr)
+        write_status(job_dir, state=state, error=None if state == "interrupted" else line, ended=_now(),
+                     metrics=dict(_final_metrics))
+        if job is not None and state == "interrupted":  # the sweep stops here (Hydra calls no end callback)
+            print("\n".join(summarize(job["dir"].parent)[0]), file=sys.stderr)
+        raise
+    write_status(job_dir, state="completed", error=None, ended=_now(), value=value, metrics=dict(_final_metrics))
+    return value
+
+
+# ---- the whole sweep: launcher check before, summary after ------------------------------------------
+
+def check_launcher(launcher: DictConfig) -> None:
+    """Refuse a launcher that cannot work on this machine, before any job starts."""
+    import importlib.util  # noqa: PLC0415
+
+    target = str(launcher.get("_target_", ""))
+    if "hydra_submitit_launcher" in target and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        raise LabError("hydra/launcher=slurm and submitit_local need the submitit launcher: "
+                       "pip install 'lab[slurm]' (or run without hydra/launcher=...: jobs one after another)")
+    if target.endswith("SlurmLauncher"):
+        missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
+        if missing:
+            raise LabError(f"hydra/launcher=slurm needs SLURM, but {' and '.join(missing)} "
+                           f"{'is' if len(missing) == 1 else 'are'} not on PATH here (not a SLURM login node); "
+                           "launch from one, or run here with the default launcher (jobs one after another) or "
+                           "hydra/launcher=submitit_local (parallel jobs on this machine)")
+
+
+def summarize(sweep_dir: Path) -> tuple[list[str], bool]:
+    """-> (lines, every job completed). One line per job that did not complete, with its log."""
+    jobs = sorted((p for p in Path(sweep_dir).glob(f"*/{STATUS_FILE}")), key=lambda p: (len(p.parent.name), p.parent.name))
+    counts: dict[str, int] = {}
+    problems = list(_unrecorded)
+    for path in jobs:
+        status = read_status(path.parent) or {}
+        state = status.get("state", "unknown")
+        if state == "running":  # no end recorded: the process was killed (SIGKILL, out of memory, node lost)
+            state = "interrupted"
+        counts[state] = counts.get(state, 0) + 1
+        if state not in ("completed", "pruned"):  # pruned: an Optuna trial stopped early on purpose
+            reason = status.get("error") or ("no end recorded (killed)" if status.get("state") == "running" else state)
+            problems.append(f"job {path.parent.name} {state}: {reason} (log: {path.parent / 'train.log'})")
+    order = [s for s in (*ENDED, "unknown") if s in counts]
+    head = f"sweep {sweep_dir}: {len(jobs)} jobs: " + ", ".join(f"{counts[s]} {s}" for s in order)
+    lines = [head, *(f"  {p}" for p in problems)]
+    if problems:
+        lines.append(f"  continue it: the same command with hydra.sweep.dir={sweep_dir} (completed jobs are skipped)")
+    return lines, not problems
+
+
+try:  # Hydra's callback API (hydra-core >= 1.1)
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object
+
+
+class SweepCallbacks(_HydraCallback):
+    """conf/train.yaml hydra.callbacks: check the launcher before a multirun, summarise it after."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_launcher(config.hydra.launcher)
+        except LabError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if not sweep_dir.is_dir():
+            return
+        lines, all_completed = summarize(sweep_dir)
+        print("\n".join(lines), file=sys.stderr if not all_completed else sys.stdout)
+        # Optuna searches budget their failures themselves (hydra.sweeper.max_failure_rate)
+        if not all_completed and "lab_optuna_sweeper" not in str(config.hydra.sweeper.get("_target_", "")):
+            sys.exit(1)
