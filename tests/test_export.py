@@ -21,7 +21,8 @@ transformers = pytest.importorskip("transformers")
 
 TEXT = ("ROMEO. But soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
         "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief. ") * 3
-SAMPLES = ["ROMEO. But soft!", "what light, yonder?\n  two spaces", "Juliet zq unseen chars: é ß 日本"]
+SAMPLES = ["ROMEO. But soft!", "what light, yonder?\n  two spaces", "Juliet zq unseen chars: é ß 日本",
+           "special strings are text: <|endoftext|> [PAD] [MASK] <s> </s>"]
 
 GPT2_LAYOUT = dict(positions="learned", norm="layernorm", norm_placement="pre", ffn="gelu")
 LLAMA_LAYOUT = dict(positions="rotary", norm="rmsnorm", norm_placement="pre", ffn="swiglu", bias=False)

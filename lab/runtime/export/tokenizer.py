@@ -14,13 +14,23 @@ def special_ids(tok) -> dict[str, int | None]:
 
 def backend(tok):
     """A `tokenizers.Tokenizer` that encodes like tok: the trained one for BPE/WordPiece; for characters, a
-    word-level vocabulary over single characters (unseen characters -> lab's unknown id)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415
+    word-level vocabulary over single characters. lab maps an unseen character to [UNK] when the vocabulary has
+    it and leaves it out otherwise: the latter is a normaliser that deletes every character outside the
+    vocabulary (each written as \\x{hex}, so no character is special to the pattern)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: PLC0415
 
     if tok.kind != "char":
-        return Tokenizer.from_str(tok.backend.to_str())
+        t = Tokenizer.from_str(tok.backend.to_str())
+        t.encode_special_tokens = True  # as lab encodes: a special token's string in a text is text
+        return t
     vocab = {s: i for i, s in enumerate(tok.itos)}
-    t = Tokenizer(models.WordLevel(vocab, unk_token=tok.itos[tok.unk]))
+    chars = tok.itos[len(tok.special_tokens):]
+    if tok.unk is None:
+        t = Tokenizer(models.WordLevel(vocab, unk_token=tok.special_tokens[0] if tok.special_tokens else chars[0]))
+        known = "".join(f"\\x{{{ord(c):X}}}" for c in chars)
+        t.normalizer = normalizers.Replace(Regex(f"[^{known}]"), "")
+    else:
+        t = Tokenizer(models.WordLevel(vocab, unk_token=tok.itos[tok.unk]))
     t.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character alone
     t.decoder = decoders.Fuse()  # join the characters back without spaces
     t.add_special_tokens(tok.special_tokens)
