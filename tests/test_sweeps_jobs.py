@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_module
 
-from lab.runtime.sweeps import merge_metrics, summarize, write_status
+from lab.runtime.sweeps import summarize, write_status
 
 SWEEP_ARGS = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval", "logger.wandb"))] + [
     "trainer.max_steps=6", "trainer.val_check_interval=2", "test=false", "callbacks.progress=null", "model.n_layers=1"]
@@ -71,17 +71,6 @@ def wandb_runs(job_dir: Path) -> list[tuple[str, int | None]]:
 
 
 # ---- fast: pure functions and the launcher check --------------------------------------------------
-
-def test_merge_metrics_keeps_rows_up_to_the_checkpoint_and_takes_relogged_values_from_the_new_run():
-    before = [{"step": "0", "train/loss": "4.0"}, {"step": "1", "train/loss": "3.9"}, {"step": "2", "val/loss": "3.8"},
-              {"step": "2", "train/loss": "3.7"}, {"step": "3", "train/loss": "3.6"}]  # checkpoint at step 2
-    after = [{"step": "2", "train/loss": "3.65"}, {"step": "3", "train/loss": "3.55"}]
-    rows, dropped = merge_metrics(before, after, resume_step=2)
-    # step 3 (after the checkpoint) and step 2's train/loss (logged again) come from the new run only
-    assert metric_by_step(rows, "train/loss") == {0: 4.0, 1: 3.9, 2: 3.65, 3: 3.55}
-    assert metric_by_step(rows, "val/loss") == {2: 3.8}
-    assert dropped == 2
-
 
 def test_summary_counts_every_state_and_names_each_job_that_did_not_complete(tmp_path):
     write_status(tmp_path / "0", state="completed")

@@ -15,7 +15,6 @@ the W&B run are closed, so it is the completion marker. In a Hydra multirun (`-m
 """
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import logging
@@ -86,73 +85,11 @@ def how_it_ended(e: BaseException) -> tuple[str, str]:
 
 
 def resume_checkpoint(job_dir: Path) -> Path | None:
-    """The checkpoint an unfinished job continues from: its own checkpoints/last.ckpt.
-    (The general `ckpt_path=auto` of the preemption work should take this over at merge.)"""
-    last = Path(job_dir) / "checkpoints" / "last.ckpt"
-    return last if last.exists() else None
+    """The checkpoint an unfinished job continues from: the newest valid one in its own directory, by the
+    rule `ckpt_path=auto` uses (lab.runtime.autoresume; a damaged newest one is skipped with a warning)."""
+    from lab.runtime.autoresume import newest_valid_checkpoint  # noqa: PLC0415
 
-
-# ---- metrics.csv across a resume -------------------------------------------------------------------
-
-def _read_rows(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def merge_metrics(before: list[dict[str, str]], after: list[dict[str, str]], resume_step: int) -> tuple[list[dict], int]:
-    """metrics.csv of a resumed job = what was logged before, up to the checkpoint's step, then the new rows.
-    Values the resumed run logs again (same metric, same step) come from the new run. -> (rows, dropped cells)."""
-    relogged = {(k, r.get("step")) for r in after for k, v in r.items() if v not in ("", None) and k != "step"}
-    kept, dropped = [], 0
-    for row in before:
-        step = int(float(row.get("step") or 0))
-        cells = {k: v for k, v in row.items() if v not in ("", None)}
-        metric_keys = [k for k in cells if k not in ("step", "epoch")]
-        stale = [k for k in metric_keys if step > resume_step or (k, row.get("step")) in relogged]
-        dropped += len(stale)
-        if len(stale) < len(metric_keys):
-            kept.append({k: v for k, v in cells.items() if k not in stale})
-    return kept + after, dropped
-
-
-def _write_rows(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-
-
-class ContinuedMetrics:
-    """Lightning's CSVLogger deletes an existing metrics.csv when a run starts in the same directory: set the
-    old rows aside before the resumed job starts, put them back in front of the new ones when it ends."""
-
-    def __init__(self, job_dir: Path, resume_step: int):
-        self.path = Path(job_dir) / "csv" / "metrics.csv"
-        self.aside = self.path.with_name("metrics.before-resume.csv")
-        self.step = resume_step
-
-    def __enter__(self):
-        if self.aside.is_file():  # a previous resume was killed before it could merge: merge it now
-            rows, _ = merge_metrics(_read_rows(self.aside), _read_rows(self.path), self.step)
-            _write_rows(self.aside, rows)
-        elif self.path.is_file():
-            os.replace(self.path, self.aside)
-        return self
-
-    def __exit__(self, *exc):
-        if not self.aside.is_file():
-            return
-        rows, dropped = merge_metrics(_read_rows(self.aside), _read_rows(self.path), self.step)
-        _write_rows(self.path, rows)
-        self.aside.unlink()
-        if dropped:
-            log.info("metrics.csv continued at step %d: %d values logged after that checkpoint were dropped "
-                     "(the resumed run logged those steps again)", self.step, dropped)
+    return newest_valid_checkpoint(Path(job_dir))
 
 
 # ---- one job -------------------------------------------------------------------------------------------
@@ -256,11 +193,7 @@ def _pass_to_child_processes(override: str) -> None:
 def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
     _final_metrics.clear()
     try:
-        if resume_step is None:
-            value = fn(cfg)
-        else:
-            with ContinuedMetrics(job_dir, resume_step):
-                value = fn(cfg)
+        value = fn(cfg)  # a resumed job's metrics.csv continues (lab.runtime.metrics_csv.RunCSVLogger)
     except BaseException as e:
         from lab.runtime.cli import user_error_in  # noqa: PLC0415
 
