@@ -37,21 +37,23 @@ def compiled_equals_eager(moe: dict, causal: bool, backend: str) -> None:
     compiled = make_moe(cfg, causal).train()
     compiled.load_state_dict(eager.state_dict())
     step = torch.compile(compiled, fullgraph=True, backend=backend)
+    # inductor fuses and reorders float sums (~1e-5 relative); a wrong route or gate would differ by O(1)
+    tol = dict(rtol=1e-5, atol=1e-6) if backend == "aot_eager" else dict(rtol=1e-3, atol=1e-5)
     x = torch.randn(2, 9, D)
     mask = torch.ones(2, 9, dtype=torch.bool)
     mask[1, 6:] = False  # padding: the real capacity is data, not a shape
     for _ in range(2):  # the second call reuses the graph (and sees the bias the first one moved)
         xs = [x.clone().requires_grad_() for _ in range(2)]
         ys = [eager(xs[0], mask), step(xs[1], mask)]
-        torch.testing.assert_close(ys[1], ys[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ys[1], ys[0], **tol)
         aux = [sum(m.aux_losses.values()) for m in (eager, compiled)]
         for y, a in zip(ys, aux):
             (y.square().sum() + a).backward()
-        torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(xs[1].grad, xs[0].grad, **tol)
         for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
+            torch.testing.assert_close(q.grad, p.grad, **tol, msg=name)
         for key, value in eager.routing_stats.items():
-            torch.testing.assert_close(compiled.routing_stats[key], value, msg=key)
+            torch.testing.assert_close(compiled.routing_stats[key], value, **tol, msg=key)
 
 
 @pytest.mark.parametrize("moe,causal", LAYERS.values(), ids=LAYERS.keys())
