@@ -31,17 +31,26 @@ from lab.tasks.language_model import LanguageModelTask
 
 
 class WriteTimer(RunCheckpoint):
+    """Times each last.ckpt write, and the per-step decision (on_train_batch_end minus the writes in it):
+    measured inside one run, these hold under a loaded machine, where whole-run tokens/s do not."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.write_s: list[float] = []
+        self.decide_s: list[float] = []
 
     def _save_last_checkpoint(self, trainer, monitor_candidates):
         t0 = time.perf_counter()
         super()._save_last_checkpoint(trainer, monitor_candidates)
         self.write_s.append(time.perf_counter() - t0)
 
+    def on_train_batch_end(self, trainer, *args):
+        t0, writes = time.perf_counter(), len(self.write_s)
+        super().on_train_batch_end(trainer, *args)
+        self.decide_s.append(time.perf_counter() - t0 - sum(self.write_s[writes:]))
 
-def run(steps: int, every: int | None, checkpointing: bool) -> tuple[float, list[float]]:
+
+def run(steps: int, every: int | None, checkpointing: bool) -> tuple[float, list[float], list[float]]:
     torch.manual_seed(0)
     task = LanguageModelTask(GPT(**SHAPE), optimizer_factory(), schedule(steps))
     timer = StepTimer()  # first: its on_train_end stops the clock before the end-of-training write
@@ -56,7 +65,7 @@ def run(steps: int, every: int | None, checkpointing: bool) -> tuple[float, list
                         enable_progress_bar=False, callbacks=callbacks)
     trainer.fit(task, train_dataloaders=loader(steps))
     writes = ckpt.write_s[:-1] if ckpt else []  # the last one is the end-of-training write, outside the clock
-    return (steps - WARMUP) * BATCH * 64 / timer.elapsed, writes
+    return (steps - WARMUP) * BATCH * 64 / timer.elapsed, writes, ckpt.decide_s if ckpt else []
 
 
 def main() -> None:
@@ -68,21 +77,26 @@ def main() -> None:
     variants = {"none": (None, False), "default": (None, True), f"every {args.every}": (args.every, True)}
     speed: dict[str, list[float]] = {k: [] for k in variants}
     writes: list[float] = []
+    decide: list[float] = []
     for _ in range(args.rounds):
         for name, (every, on) in variants.items():
-            tokens_per_s, w = run(args.steps, every, on)
+            tokens_per_s, w, d = run(args.steps, every, on)
             speed[name].append(tokens_per_s)
             writes += w
+            decide += d
     base = max(speed["none"])
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, gpt_nano_char shape, batch {BATCH}x64, "
           f"{args.steps} steps, best of {args.rounds} interleaved rounds")
     print(f"{'checkpointing':14} {'tokens/s':>10} {'overhead':>9}  rounds")
     for name, values in speed.items():
         print(f"{name:14} {max(values):10.0f} {100 * (base / max(values) - 1):+8.1f}%  {[round(v) for v in values]}")
-    if writes:
-        w = sorted(writes)[len(writes) // 2]
-        print(f"one atomic last.ckpt write: median {1000 * w:.0f} ms over {len(writes)} writes; "
-              f"default (every 10 min) amortised: {100 * w / 600:.3f}% of run time")
+    step_s = BATCH * 64 / base
+    w = sorted(writes)[len(writes) // 2]
+    d = sorted(decide)[len(decide) // 2]
+    print(f"one step (no checkpointing): {1000 * step_s:.0f} ms; per-step decision: median {1e6 * d:.0f} us "
+          f"({100 * d / step_s:.3f}% of a step)")
+    print(f"one atomic last.ckpt write: median {1000 * w:.0f} ms over {len(writes)} writes; amortised: every "
+          f"{args.every} steps {100 * w / (args.every * step_s):.2f}%, every 10 min (default) {100 * w / 600:.3f}% of run time")
 
 
 if __name__ == "__main__":

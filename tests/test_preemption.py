@@ -178,7 +178,7 @@ class FullDisk:  # writes half of what it is given, then the disk is full
     def __enter__(self): return self
     def __exit__(self, *exc): self.f.close()
 def failing_open(path, mode="r"):
-    if str(path).endswith(".ckpt"):
+    if ".ckpt.tmp" in str(path):  # a checkpoint being written
         calls["n"] += 1
         if calls["n"] > limit:
             return FullDisk(real_open(path, mode))
