@@ -102,8 +102,8 @@ def read_checkpoint(path: str | Path, metadata_only: bool = False) -> dict[str, 
     except UnsafeFileError:
         raise
     except Exception as e:
-        text = str(e).split("WeightsUnpickler error:")[-1].strip()  # torch's advice around it is not the reason
-        reason = text.splitlines()[0] if text else ""
+        lines = [line for line in str(e).split("WeightsUnpickler error:")[-1].splitlines() if line.strip()]
+        reason = lines[0].strip() if lines else ""  # torch's advice around the reason is not the reason
         raise LabError(f"checkpoint {p} cannot be read ({type(e).__name__}: {reason}); it is damaged or not a "
                        "checkpoint. Use another checkpoint from the run's checkpoints/ directory.") from e
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
