@@ -27,7 +27,8 @@ class UnsafeFileError(LabError):
     def from_load_error(cls, path, error: BaseException) -> UnsafeFileError | None:
         """The refusal behind a torch.load(weights_only=True) error, or None when the file is merely damaged."""
         text = str(error)
-        if "Weights only load failed" not in text:
+        executable = re.search(r"[Uu]nsupported (global|GLOBAL|class)|unrecognized function", text)
+        if "Weights only load failed" not in text or not executable:  # e.g. "Unsupported operand": damaged
             return None
         found = re.search(r"(?:GLOBAL|global) ([\w.]+)", text)
         return cls(path, found.group(1) if found else "objects outside torch's allow-list")

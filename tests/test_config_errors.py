@@ -80,7 +80,7 @@ CASES = {
     "test-not-boolean": (["test=maybe"], "test='maybe' must be true or false"),
     "optimized-mode": (["optimized_mode=up"], "optimized_mode='up' must be one of min, max"),
     "broken-interpolation": (["name=${nope}"], "cannot be resolved"),
-    "wandb-mode": (["logger.wandb.mode=sometimes"], "logger.wandb.mode='sometimes' must be one of"),
+    "wandb-mode": (["logger.wandb.mode=sometimes"], "logger.wandb.mode='sometimes' is not valid; choose one of"),
     "wandb-probe-timeout": (["logger.wandb.probe_timeout=0"], "logger.wandb.probe_timeout=0 must be"),
 }
 CLI_CASES = ["unknown-experiment", "unknown-model-key", "lr-negative", "missing-required-value"]  # own processes

@@ -83,8 +83,8 @@ def test_user_mistakes_get_one_clear_message(args, message, tmp_path):
 
 def test_unknown_experiment_lists_the_available_ones(tmp_path):
     result = run_module("lab.train", ["+experiment=gpt_smal"], tmp_path)
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "Could not find 'experiment/gpt_smal'" in result.stderr and "gpt_small" in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "experiment=gpt_smal: no such option" in result.stderr and "did you mean gpt_small?" in result.stderr
 
 
 def test_corrupt_checkpoint_is_refused_before_training(tmp_path):

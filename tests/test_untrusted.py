@@ -230,3 +230,18 @@ def test_only_labs_model_task_nn_data_classes_and_optimizers_may_be_built(target
     from lab.runtime.checkpoints import _is_lab_target
 
     assert _is_lab_target(target) is allowed
+
+
+def test_a_damaged_file_is_not_mistaken_for_an_executable_one(tmp_path):
+    """Both fail torch's weights-only unpickler; only a refused global is "executable objects"."""
+    from lab.errors import LabError, UnsafeFileError
+    from lab.runtime.checkpoints import read_checkpoint
+
+    (tmp_path / "precious").write_text(PRECIOUS)
+    damaged = tmp_path / "damaged.ckpt"
+    damaged.write_bytes(b"not a checkpoint")
+    with pytest.raises(LabError, match=r"cannot be read \(UnpicklingError: Unsupported operand \d+\); it is damaged") as e:
+        read_checkpoint(damaged)
+    assert not isinstance(e.value, UnsafeFileError)
+    with pytest.raises(UnsafeFileError, match=r"holds executable objects \(posix\.system\)"):
+        read_checkpoint(pickle_payload(tmp_path))

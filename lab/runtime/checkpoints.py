@@ -102,8 +102,10 @@ def read_checkpoint(path: str | Path, metadata_only: bool = False) -> dict[str, 
     except UnsafeFileError:
         raise
     except Exception as e:
-        raise LabError(f"checkpoint {p} cannot be read ({type(e).__name__}: {e}); it is damaged or not a checkpoint. "
-                       "Use another checkpoint from the run's checkpoints/ directory.") from e
+        lines = [line for line in str(e).split("WeightsUnpickler error:")[-1].splitlines() if line.strip()]
+        reason = lines[0].strip() if lines else ""  # torch's advice around the reason is not the reason
+        raise LabError(f"checkpoint {p} cannot be read ({type(e).__name__}: {reason}); it is damaged or not a "
+                       "checkpoint. Use another checkpoint from the run's checkpoints/ directory.") from e
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise LabError(f"checkpoint {p} has no state_dict: it is not a Lightning checkpoint written by lab")
     if "lab" in ckpt:  # every reader (resume too) refuses a saved config naming anything but lab's classes

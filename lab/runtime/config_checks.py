@@ -109,7 +109,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "logger.wandb.init_timeout": POSITIVE,
     "logger.wandb.finish_timeout": number_in(0),
     "logger.wandb.require_online": BOOL,
-    "logger.wandb.mode": one_of(None, "online", "offline", "disabled", "dryrun"),
 }
 PROBABILITY_KEYS = ("dropout",)  # any model/task key ending in one of these is a probability in [0, 1)
 
