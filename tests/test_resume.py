@@ -1,11 +1,15 @@
 """Exact resume: a run interrupted after step k and resumed from its last.ckpt continues the uninterrupted
 run's train-loss curve step for step (same batches, same optimizer state, same dropout masks), with and
-without gradient accumulation, for every datamodule's sampler, and under DDP.
+without gradient accumulation, for every datamodule's sampler (LM windows; classifier and translator bucketed
+batches; translator token-budget and random batches), and under DDP.
 
 The "interrupted" run is the uninterrupted one: tests.interrupt.SnapshotLast copies its last.ckpt (written
 by the validation before step k + 1) aside at step k + 1, which is the file a run killed then leaves behind.
 Each case is picked so that the checkpoint falls mid-epoch (and, for the sentence datamodules, in a later
-epoch than the first), where skipping too few or too many batches changes the next step's loss.
+epoch than the first), where skipping too few or too many batches changes the next step's loss. Lightning
+counts val_check_interval in batches, not optimizer steps: with accumulation a validation (and its
+checkpoint) can fall between two micro-batches of a step, and no resume from there can be exact; the cases
+keep every validation on a step boundary.
 """
 from __future__ import annotations
 
