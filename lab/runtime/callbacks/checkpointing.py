@@ -60,7 +60,6 @@ class RunCheckpoint(ModelCheckpoint):
         signals.install()  # after Lightning registered its handlers in fit: ours decide alone
         self._seen_step = trainer.global_step
         self._last_write_time = time.monotonic()
-        self._restore_rng()
 
     # --- when to write ------------------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -101,21 +100,6 @@ class RunCheckpoint(ModelCheckpoint):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and not self._skip(trainer) and trainer.global_step != self.last_written_step:
             self._save_last(trainer)
-
-    # --- what a checkpoint carries besides Lightning's state: torch's RNG (dropout continues as if uninterrupted)
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        checkpoint["lab_rng"] = {"torch": torch.get_rng_state(),
-                                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        self._rng_to_restore = checkpoint.get("lab_rng")  # set in on_train_start: creating the data iterators draws
-
-    def _restore_rng(self) -> None:
-        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
-        if rng:  # data order does not depend on it: batches are functions of the step (lab.data)
-            torch.set_rng_state(rng["torch"])
-            if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
-                torch.cuda.set_rng_state_all(rng["cuda"])
 
     # --- writing ------------------------------------------------------------------------------------------
     def _skip(self, trainer) -> bool:
