@@ -21,9 +21,10 @@ def run(cfg: DictConfig) -> None:
     from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
     settings = check_settings(cfg, "batch_size")
+    device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.classify", str(cfg.ckpt_path))
     texts = [normalize_sentence(t) for t in read_texts(taken("text"), taken("file"))]
-    model, tokenizer, meta = load_model(path, pick_device(cfg.device))
+    model, tokenizer, meta = load_model(path, device)
     labels = (meta.get("data") or {}).get("labels")
     if getattr(model, "head_kind", None) != "sequence" or not labels:
         raise LabError(f"{path} is not a sequence classifier checkpoint (with label names) from lab.train")

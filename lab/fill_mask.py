@@ -21,6 +21,7 @@ def run(cfg: DictConfig) -> None:
     from lab.runtime.inference import MASK, checkpoint_for, fill_mask, pick_device, trained_length  # noqa: PLC0415
     from lab.runtime.inputs import progress, read_texts, say_blank, warn, write_lines  # noqa: PLC0415
 
+    device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.fill_mask", str(cfg.ckpt_path))
     vocab = int(meta["vocab"]["vocab_size"])
     top_k = cfg.top_k
@@ -29,7 +30,7 @@ def run(cfg: DictConfig) -> None:
     texts = [normalize_sentence(t) for t in read_texts(taken("text"), taken("file"))]
     if len(texts) == 1 and MASK not in texts[0]:
         raise LabError(f"the text has no {MASK}: {texts[0]!r}; write {MASK} where a word should be predicted")
-    model, tokenizer, meta = load_model(path, pick_device(cfg.device))
+    model, tokenizer, meta = load_model(path, device)
     length = trained_length(meta)
     out, no_mask, windowed = [""] * len(texts), 0, []
     todo = [i for i, t in enumerate(texts) if t]

@@ -43,8 +43,8 @@ def run(cfg: DictConfig) -> None:
                        "and num_samples")
     if prompt == "":
         raise LabError('prompt="" is empty; give a prompt, or leave prompt= out to read prompts from stdin')
+    device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.generate", str(cfg.ckpt_path))
-    device = pick_device(cfg.device)
     model, tokenizer, meta = load_model(path, device)
     window = trained_length(meta)
     generator = torch.Generator(device=device).manual_seed(int(cfg.seed))

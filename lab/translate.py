@@ -24,9 +24,10 @@ def run(cfg: DictConfig) -> None:
     from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
     settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size")
+    device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.translate", str(cfg.ckpt_path))
     lines = read_texts(taken("text"), taken("input_file"), "input_file")
-    model, tokenizer, _ = load_model(path, pick_device(cfg.device))
+    model, tokenizer, _ = load_model(path, device)
     todo = [i for i, line in enumerate(lines) if normalize_sentence(line)]
     say_blank(len(lines) - len(todo), len(lines))
     batch_size, beam_size = settings.pop("batch_size"), settings.pop("beam_size")

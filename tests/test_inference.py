@@ -143,13 +143,13 @@ def test_normalisation_is_nfc_and_single_spaces_for_sentences_and_keeps_lines_fo
 def test_classifier_training_ids_equal_inference_ids(tmp_path):
     from lab.data.classification import LabelledFilesDataModule, encode_sentence
 
-    rows = [{"text": RAW, "label": "pos"}] + [{"text": f"sentence {i} spät ist es", "label": "pos" if i % 2 else "neg"}
-                                              for i in range(40)]
+    rows = [{"text": f"sentence {i} spät ist es", "label": "pos" if i % 2 else "neg"} for i in range(40)]
     train = tmp_path / "train.jsonl"
     train.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    test = tmp_path / "test.jsonl"
-    test.write_text("\n".join(json.dumps(r) for r in rows[:3]), encoding="utf-8")
-    dm = LabelledFilesDataModule(str(train), valid_file=str(test), test_file=str(test), tokenizer="char",
+    test = tmp_path / "test.jsonl"  # held-out rows differ from train (lab removes the ones that do not)
+    held_out = [{"text": RAW, "label": "pos"}, {"text": "ist es spät", "label": "neg"}, {"text": "es ist", "label": "pos"}]
+    test.write_text("\n".join(json.dumps(r) for r in held_out), encoding="utf-8")
+    dm = LabelledFilesDataModule(str(train), test_file=str(test), tokenizer="char",
                                  max_length=64, cache_dir=str(tmp_path / "cache"))
     dm.setup()
     trained = dm.encoded["test"][0][0]  # the raw line as the test split encoded it
@@ -161,10 +161,13 @@ def test_translator_training_ids_equal_inference_ids(tmp_path):
     from lab.data.parallel import ParallelTextDataModule
     from lab.runtime.inference import encode_source
 
-    pairs = [(RAW, "How late is it?")] + [(f"Satz {i} ist spät.", f"Sentence {i} is late.") for i in range(60)]
+    pairs = [(f"Satz {i} ist spät.", f"Sentence {i} is late.") for i in range(60)]
     train = tmp_path / "pairs.jsonl"
     train.write_text("".join(json.dumps({"source": s, "target": t}) + "\n" for s, t in pairs), encoding="utf-8")
-    dm = ParallelTextDataModule(str(train), valid_file=str(train), test_file=str(train), vocab_size=300,
+    held_out = tmp_path / "held_out.jsonl"  # sources that differ from train (lab removes the ones that do not)
+    held_out.write_text("".join(json.dumps({"source": s, "target": t}) + "\n" for s, t in
+                                [(RAW, "How late is it?"), ("Es ist spät.", "It is late.")]), encoding="utf-8")
+    dm = ParallelTextDataModule(str(train), test_file=str(held_out), valid_size=5, vocab_size=300,
                                 cache_dir=str(tmp_path / "cache"))
     dm.setup()
     trained = dm.datasets["test"].source_ids[0]
