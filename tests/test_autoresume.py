@@ -166,7 +166,9 @@ def test_sigkill_at_random_moments_leaves_every_checkpoint_loadable_and_auto_res
         if rng.random() < 0.2:  # during setup (imports, data, restoring the checkpoint)
             time.sleep(rng.uniform(0, 5))
         else:  # during training: up to ~6 s of steps, checkpoint writes and validations
-            wait_for(lambda: "first training step" in log.read_text(), proc)  # noqa: B023
+            # after the run's first checkpoint exists, so a loaded machine cannot make every kill fall before one
+            wait_for(lambda: "first training step" in log.read_text()  # noqa: B023
+                     and any((run / "checkpoints").glob("*.ckpt")), proc)
             time.sleep(rng.uniform(0, 6))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
