@@ -142,7 +142,7 @@ def load_or_train(path: Path, kind: str, texts: Iterator[str] | Iterable[str], s
     if path.exists():
         try:
             return tokenizer_from_json(path.read_text())
-        except (ValueError, KeyError, Exception) as e:
+        except (ValueError, KeyError, Exception) as e:  # any parse failure means a bad cache file
             raise DataError(f"cached tokenizer {path} is unreadable ({e}); delete it and run again") from e
     tok = train_tokenizer(kind, texts, special_tokens, vocab_size)
     return tokenizer_from_json(write_once(path, tok.to_json()))  # a racer that published first wins

@@ -101,7 +101,7 @@ def read_checkpoint(path: str | Path, metadata_only: bool = False) -> dict[str, 
         ckpt = consolidate(p) if sharded else load_weights(p)
     except UnsafeFileError:
         raise
-    except Exception as e:
+    except Exception as e:  # torch raises many types for a damaged file
         lines = [line for line in str(e).split("WeightsUnpickler error:")[-1].splitlines() if line.strip()]
         reason = lines[0].strip() if lines else ""  # torch's advice around the reason is not the reason
         raise LabError(f"checkpoint {p} cannot be read ({type(e).__name__}: {reason}); it is damaged or not a "

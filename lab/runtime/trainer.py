@@ -95,7 +95,7 @@ def _check_signature(node: Any, where: str) -> None:
     if "_target_" in node:
         try:
             target = get_method(node["_target_"])
-        except Exception as e:
+        except Exception as e:  # hydra wraps import errors in several types
             raise LabError(f"{where}._target_={node['_target_']!r} cannot be imported ({e})") from e
         params = inspect.signature(target).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
