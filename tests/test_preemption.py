@@ -210,38 +210,3 @@ def test_full_disk_ends_the_run_with_one_line_and_earlier_checkpoints_resume(tmp
     assert sorted(metric_by_step(read_metrics(run), "train/loss")) == list(range(12))
 
 
-def test_resume_continues_the_random_stream(tmp_path):
-    """Each step draws torch.rand: a run stopped after step 5 and resumed (re-seeded, as a new process is)
-    draws at steps 6..10 what the uninterrupted run drew, not the draws of a fresh seed."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    class Draw(L.Callback):
-        def __init__(self, stop_at=None):
-            self.draws, self.stop_at = {}, stop_at
-
-        def on_train_batch_start(self, trainer, *args):
-            self.draws[trainer.global_step + 1] = torch.rand(1).item()
-            if trainer.global_step + 1 == self.stop_at:
-                signals.request_stop(signal.SIGTERM)
-
-    def trainer_with(draw, path):
-        ckpt = RunCheckpoint(dirpath=str(path), filename="best-step{step}", monitor="val/m", every_minutes=None)
-        return L.Trainer(max_steps=10, val_check_interval=100, limit_val_batches=0, callbacks=[ckpt, draw], logger=False,
-                         enable_progress_bar=False, enable_model_summary=False)
-
-    L.seed_everything(0, verbose=False)
-    whole = Draw()
-    trainer_with(whole, tmp_path / "a").fit(ValMetric([1.0]))
-    signals.reset()
-    L.seed_everything(0, verbose=False)
-    first = Draw(stop_at=5)
-    try:
-        with pytest.raises(SIGTERMException):
-            trainer_with(first, tmp_path / "b").fit(ValMetric([1.0]))
-    finally:
-        signals.reset()
-    L.seed_everything(0, verbose=False)
-    second = Draw()
-    trainer_with(second, tmp_path / "b").fit(ValMetric([1.0]), ckpt_path=str(tmp_path / "b" / "last.ckpt"))
-    assert sorted(second.draws) == [6, 7, 8, 9, 10]
-    assert second.draws == {s: whole.draws[s] for s in range(6, 11)}

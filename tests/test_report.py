@@ -121,7 +121,7 @@ def _ablation(root: Path, lrs=(1e-3, 3e-3), seeds=(1, 2, 3), metric="val/loss", 
             final = values[(lr, seed)] if values else 3.0 + lr * 100 + seed / 100
             rows = [{"step": 0, "train/loss": 5.0}, {"step": 9, metric: final + 0.5, "train/loss": 4.0},
                     {"step": 19, metric: final, "train/loss": 3.5, "perf/tokens_per_s_global": 1000.0 * seed}]
-            write_run(root / str(job), {"name": f"abl/lr{lr}/seed{seed}", "seed": seed, "data": {"seed": seed, "cache_dir": f"/c{job}"},
+            write_run(root / str(job), {"name": f"abl/lr{lr}/seed{seed}", "seed": seed, "logger": {"wandb": {"id": f"w{job}"}}, "data": {"seed": seed, "cache_dir": f"/c{job}"},
                                         "task": {"optimizer": {"lr": lr}}, "optimized_metric": metric}, rows, params=1000)
             job += 1
     return root
@@ -130,7 +130,7 @@ def _ablation(root: Path, lrs=(1e-3, 3e-3), seeds=(1, 2, 3), metric="val/loss", 
 def test_seeds_are_grouped_and_real_choices_are_not(tmp_path):
     report = collect([_ablation(tmp_path)])
     assert [len(v.runs) for v in report.variants] == [3, 3]
-    assert report.keys == ["task.optimizer.lr"]  # seed, data.seed, the name and the per-job cache dir are not choices
+    assert report.keys == ["task.optimizer.lr"]  # seed, data.seed, name, W&B id, per-job cache dir: not choices
     assert sorted(v.label for v in report.variants) == ["lr=0.001", "lr=0.003"]
 
 

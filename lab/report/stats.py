@@ -35,8 +35,9 @@ def is_seed(key: str) -> bool:
 
 
 def is_location(key: str) -> bool:
-    """Where a run was written, and its name (a label: studies often put the variant and seed in it)."""
-    return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] == "name"
+    """Where a run was written, its name (a label: studies often put the variant and seed in it) and its
+    identity (the W&B run id each job of a sweep gets)."""
+    return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] in ("name", "id")
 
 
 def choice_keys(runs: list[Run]) -> list[str]:
