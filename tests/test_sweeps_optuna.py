@@ -16,7 +16,8 @@ from optuna.trial import TrialState  # noqa: E402
 
 from hydra_plugins.lab_optuna_sweeper.sweeper import search_space  # noqa: E402
 
-ARGS = [*SWEEP_ARGS, "trainer.max_steps=4", "logger.wandb.mode=disabled", "+hparams_search=optuna"]
+ARGS = [*SWEEP_ARGS, "trainer.max_steps=4", "logger.wandb.mode=disabled", "+hparams_search=optuna",
+        "task.scheduler.min_lr=0"]  # the search reaches lr 1e-7: a min_lr above it is refused (config checks)
 
 
 def test_search_space_grammar_maps_to_optuna_distributions():

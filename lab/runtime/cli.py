@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -49,7 +48,7 @@ def user_errors_exit(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        _task_started.set()  # until it returns, errors are the task's own (not Hydra's parsing/composition)
+        _Task.started = True  # until it returns, errors are the task's own (not Hydra's parsing/composition)
         try:
             return fn(*args, **kwargs)
         except Exception as e:
@@ -58,7 +57,7 @@ def user_errors_exit(fn):
                 raise
             exit_with_error(str(cause))
         finally:
-            _task_started.clear()  # the next job of a sweep is composed after this one
+            _Task.started = False  # the next job of a sweep is composed after this one
 
     return wrapper
 
@@ -73,7 +72,11 @@ def exit_with_error(message: str, to_log: bool = True) -> None:
 
 # ---- Hydra's own parse and composition errors, in lab's one-line form ----
 
-_task_started = threading.Event()
+class _Task:
+    """Whether an entry point's task is running (its errors are its own, not Hydra's). A class attribute, not a
+    threading.Event: launchers that pickle the task function (submitit) must be able to pickle what it uses."""
+
+    started = False
 
 
 def _known_keys(path: list[str]) -> set[str]:
@@ -155,7 +158,7 @@ def _translating_run_and_report(original):
             try:
                 return func()
             except Exception as e:
-                if _task_started.is_set() or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                if _Task.started or os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise
                 message = hydra_error_line(e)
                 if message is None:
