@@ -6,10 +6,9 @@ batches; translator token-budget and random batches), and under DDP.
 The "interrupted" run is the uninterrupted one: tests.interrupt.SnapshotLast copies its last.ckpt (written
 by the validation before step k + 1) aside at step k + 1, which is the file a run killed then leaves behind.
 Each case is picked so that the checkpoint falls mid-epoch (and, for the sentence datamodules, in a later
-epoch than the first), where skipping too few or too many batches changes the next step's loss. Lightning
-counts val_check_interval in batches, not optimizer steps: with accumulation a validation (and its
-checkpoint) can fall between two micro-batches of a step, and no resume from there can be exact; the cases
-keep every validation on a step boundary.
+epoch than the first), where skipping too few or too many batches changes the next step's loss.
+trainer.val_check_interval counts optimizer steps (lab.runtime.intervals scales it by the accumulation), so
+every validation, and the checkpoint it writes, falls on a step boundary.
 """
 from __future__ import annotations
 
@@ -67,7 +66,7 @@ CASES = {
 def interrupted_and_resumed(tmp_path, args: list[str], steps: int, every: int, stop: int, accum: int):
     """-> (train/loss by step of the uninterrupted run, of the run resumed from its last.ckpt before `stop`)."""
     common = [*args, f"trainer.max_steps={steps}", f"trainer.accumulate_grad_batches={accum}",
-              f"trainer.val_check_interval={every * accum}"]  # counted in batches: validate on step boundaries
+              f"trainer.val_check_interval={every}"]  # optimizer steps (lab scales it by the accumulation)
     snapshot = tmp_path / "interrupted.ckpt"
     train([*common, "+callbacks.snapshot._target_=tests.interrupt.SnapshotLast", f"+callbacks.snapshot.at_step={stop}",
            f"+callbacks.snapshot.to={snapshot}"], tmp_path / "full")
