@@ -1,6 +1,7 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
     python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds] [--skip-layers] [--skip-model]
+    python benchmarks/moe.py --device cuda [--batch-scale 8] [--compile]      # bf16 autocast, CUDA-synchronised timings, MFU
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
    active parameters: E=8 top-2 width 768, E=64 top-8 width 192, E=128 top-8 width 96 (fine-grained). Per layout:
@@ -14,6 +15,10 @@
    Targets (issue 14): lab MoE <= 1.10x dense at E=8, <= 1.25x at E=64 and E=128, eager.
 2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs
    gpt_small (equal active parameters), vocabulary 4096 as their data gives.
+
+On a GPU (--device cuda) everything runs under bf16 autocast (what trainer=gpu does), timings synchronise the
+device, --batch-scale multiplies B and the models' batch size (the CPU shapes are too small to fill a GPU), and the whole-model table adds
+MFU: (6 x active params + 12 x layers x d_model x T) FLOPs per token (PaLM appendix B) x tokens/s / dense bf16 peak.
 
 Each round times every contender once (alternating, so machine load hits all alike); the best round is
 reported. Times are wall clock: on a shared machine they are inflated, the ratios less so.
@@ -32,6 +37,7 @@ from lab.nn import TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.moe import make_moe
 from lab.nn.params import count_parameters
+from lab.runtime.callbacks.throughput import peak_flops
 
 B, T, D = 12, 256, 384
 LAYOUTS = [(8, 2, 768), (64, 8, 192), (128, 8, 96)]  # (experts, top_k, expert width)
@@ -99,30 +105,48 @@ def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool) -> dic
     return layers
 
 
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on a GPU (trainer=gpu's precision: bf16-mixed), nothing on the CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
 def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_counter) -> float:
-    """Seconds per forward+backward (mean over reps, after one warm-up)."""
+    """Seconds per forward+backward (mean over reps, after two warm-ups: compile and autotuning happen there)."""
     grad = torch.randn_like(x)
-    for i in range(reps + 1):
-        if i == 1:
+    for i in range(reps + 2):
+        if i == 2:
+            sync(x.device)
             start = clock()
         x.grad = None
-        layer(x).backward(grad)
+        with autocast(x.device):
+            y = layer(x)
+        y.backward(grad.to(y.dtype))
+    sync(x.device)
     return (clock() - start) / reps
 
 
 def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int,
-                            clock=time.perf_counter) -> float:
+                            clock=time.perf_counter, device=torch.device("cpu"), step=None) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, vocab, (batch, seq + 1))
+    ids = torch.randint(0, vocab, (batch, seq + 1), device=device)
+    step = model if step is None else step
     for i in range(steps + 2):
         if i == 2:
+            sync(device)
             start = clock()
-        logits = model(ids[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        with autocast(device):
+            logits = step(ids[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
         aux = sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
         (loss + aux).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    sync(device)
     return steps * batch * seq / (clock() - start)
 
 
@@ -149,24 +173,31 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--no-seeds", action="store_true", help="leave out the seeds' (slow) per-expert loop")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda (bf16 autocast)")
+    parser.add_argument("--batch-scale", type=int, default=1, help="multiply B of the layers and the models' batch (GPU)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        print(f"torch {torch.__version__}, {torch.cuda.get_device_name(device)}, bf16 autocast")
+    else:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
 
     # wall: what a run sees; cpu: this process's CPU seconds, which other jobs on a loaded machine inflate far
     # less (use it with --threads 1: with more threads it also counts the threads' spinning)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for E, K, H in [] if args.skip_layers else LAYOUTS:
         torch.manual_seed(0)
-        layers = layer_contenders(E, K, H, args.compile, not args.no_seeds)
-        x = torch.randn(B, T, D, requires_grad=True)
+        layers = {name: layer.to(device) for name, layer in layer_contenders(E, K, H, args.compile, not args.no_seeds).items()}
+        x = torch.randn(B * args.batch_scale, T, D, device=device, requires_grad=True)
         best = {name: float("inf") for name in layers}
         for _ in range(args.rounds):
             for name, layer in layers.items():
                 best[name] = min(best[name], time_layer(layer, x, args.reps, clock))
         dense = best[next(iter(layers))]
-        print(f"\nE={E} top-{K} width {H}: one FFN layer, forward+backward, B={B} T={T} D={D} "
+        print(f"\nE={E} top-{K} width {H}: one FFN layer, forward+backward, B={B * args.batch_scale} T={T} D={D} "
               f"(best of {args.rounds} rounds x {args.reps} reps, {args.clock} clock)")
         print(f"{'layer':<40} {'ms':>8} {'x dense':>8}")
         for name, seconds in best.items():
@@ -175,17 +206,28 @@ def main() -> None:
     if args.skip_model:
         return
     vocab = 4096
-    models = {name: experiment_model(name, vocab) for name in ("gpt_small", "gpt_small_moe")}
+    models = {}
+    for name in ("gpt_small", "gpt_small_moe"):
+        model, batch, seq = experiment_model(name, vocab)
+        model = model.to(device)
+        batch *= args.batch_scale
+        models[name] = (model, model, batch, seq)
+        if args.compile:
+            models[f"{name}, compiled"] = (model, torch.compile(model, fullgraph=True), batch, seq)
     rates = dict.fromkeys(models, 0.0)
     for _ in range(args.rounds):
-        for name, (model, batch, seq) in models.items():
-            rates[name] = max(rates[name], train_step_tokens_per_s(model, vocab, batch, seq, args.steps, clock))
-    print(f"\nwhole model training step (fwd+bwd+AdamW), vocab {vocab}, best of {args.rounds} rounds x {args.steps} steps")
-    print(f"{'experiment':<16} {'total params':>13} {'active':>11} {'tokens/s':>9} {'time x dense':>12}")
-    for name, (model, _, _) in models.items():
+        for name, (model, step, batch, seq) in models.items():
+            rate = train_step_tokens_per_s(model, vocab, batch, seq, args.steps, clock, device, step)
+            rates[name] = max(rates[name], rate)
+    peak = peak_flops(device)
+    print(f"\nwhole model training step (fwd+bwd+AdamW), vocab {vocab}, batch x{args.batch_scale}, best of {args.rounds} rounds x {args.steps} steps")
+    print(f"{'experiment':<26} {'total params':>13} {'active':>11} {'tokens/s':>9} {'time x dense':>12} {'MFU':>6}")
+    for name, (model, _, _, seq) in models.items():
         counts = count_parameters(model)
         slower = rates["gpt_small"] / rates[name]
-        print(f"{name:<16} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f} {slower:>12.2f}")
+        cfg = model.cfg
+        mfu = f"{rates[name] * (6 * counts['active'] + 12 * cfg.n_layers * cfg.d_model * seq) / peak:.1%}" if peak else "-"
+        print(f"{name:<26} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f} {slower:>12.2f} {mfu:>6}")
 
 
 if __name__ == "__main__":
