@@ -5,6 +5,8 @@ from collections.abc import Callable
 
 import torch
 
+from lab.errors import LabError
+
 
 def sample_next(
     logits: torch.Tensor,  # [B, V], last position
@@ -79,15 +81,30 @@ def _max_lengths(src_mask: torch.Tensor, max_len_ratio: float, max_len_offset: i
     return (src_mask.sum(1) * max_len_ratio).long().add(max_len_offset).clamp(1, model_max - 1)
 
 
+def ban_repeated_ngrams(scores: torch.Tensor, generated: torch.Tensor, n: int) -> None:
+    """In place: -inf for every token that would complete an n-gram already in its row of `generated`
+    (fairseq's --no-repeat-ngram-size). scores [N, V]; generated [N, t] tokens so far, without bos."""
+    t = generated.shape[1]
+    if n <= 0 or t < n - 1:
+        return
+    for r, row in enumerate(generated.tolist()):
+        prefix = row[t - n + 1 :]  # the n - 1 last tokens: what a new token would extend
+        banned = [row[i + n - 1] for i in range(t - n + 1) if row[i : i + n - 1] == prefix]
+        if banned:
+            scores[r, banned] = float("-inf")
+
+
 def _strip(row: list[int], eos_id: int) -> list[int]:
     return row[: row.index(eos_id)] if eos_id in row else row
 
 
 @torch.inference_mode()
 def greedy_translate(
-    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True
+    model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True,
+    no_repeat_ngram: int = 0,
 ) -> list[list[int]]:
     """Most likely next token each step, all sentences of the batch at once; -> token ids without bos/eos.
+    no_repeat_ngram n > 0: a token that would repeat an n-gram already in the output is never chosen.
 
     model: `encode(src) -> (memory, src_mask)`, `decode(tgt, memory, src_mask, caches, memory_caches)`,
     `new_caches(batch, src_len, max_len)`, bos_id, eos_id, max_seq_len (lab.models.seq2seq.EncoderDecoder).
@@ -101,6 +118,7 @@ def greedy_translate(
     for step in range(1, int(max_lens.max()) + 1):
         inputs = tokens[:, -1:] if use_cache else tokens
         logits = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1]  # [B, V]
+        ban_repeated_ngrams(logits, tokens[:, 1:], no_repeat_ngram)
         next_id = sample_next(logits, temperature=0)  # [B, 1]
         next_id = next_id.masked_fill((step >= max_lens)[:, None], model.eos_id)  # out of room: end here
         next_id = next_id.masked_fill(finished[:, None], model.eos_id)
@@ -120,9 +138,27 @@ def beam_search(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     use_cache: bool = True,
+    no_repeat_ngram: int = 0,
 ) -> list[list[int]]:
     """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
-    without bos/eos). Same model interface as greedy_translate.
+    without bos/eos). Same model interface as greedy_translate; the search is beam_hypotheses'."""
+    found = beam_hypotheses(model, src, beam_size, length_penalty, max_len_ratio, max_len_offset, use_cache, no_repeat_ngram)
+    return [hyps[0][0] if hyps else [] for hyps in found]
+
+
+@torch.inference_mode()
+def beam_hypotheses(
+    model,
+    src: torch.Tensor,  # [B, S]
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    max_len_ratio: float = 1.5,
+    max_len_offset: int = 10,
+    use_cache: bool = True,
+    no_repeat_ngram: int = 0,
+) -> list[list[tuple[list[int], float]]]:
+    """Batched beam search; -> per sentence its finished hypotheses (at most beam_size), best first, as
+    (ids without bos/eos, score). The n-best list of fairseq's --nbest is the first n of them.
 
     Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos). Each step keeps the
     2k best expansions of a sentence: those ending in eos among the first k are finished, the best k others
@@ -130,6 +166,8 @@ def beam_search(
     stop) or reaches its maximum length, and leaves the batch; the batch stops when every sentence has.
     The encoder runs once per sentence; the first step also runs once per sentence (every beam starts from
     the same bos), which fills the cross-attention caches, and only then are rows expanded to k beams.
+    At the maximum length eos is forced with log-probability 0 (the tokens before it carry the score).
+    no_repeat_ngram n > 0: expansions that would repeat an n-gram of their hypothesis are excluded.
     """
     memory, src_mask = model.encode(src)
     B, S = src.shape
@@ -145,6 +183,7 @@ def beam_search(
         beams = scores.shape[1]
         inputs = tokens[:, -1:] if use_cache else tokens
         logp = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1].float().log_softmax(-1)  # [N, V]
+        ban_repeated_ngrams(logp, tokens[:, 1:], no_repeat_ngram)
         V = logp.shape[-1]
         step = tokens.shape[1]  # tokens generated once this step's token is appended (eos included)
         at_limit = step >= max_lens  # [live]
@@ -160,7 +199,7 @@ def beam_search(
             s = int(sentence[b])
             if len(finished[s]) < K:
                 row = b * beams + int(parent[b, j])
-                finished[s].append((float(top_scores[b, j]) / step**length_penalty, tokens[row, 1:].tolist()))
+                finished[s].append((tokens[row, 1:].tolist(), float(top_scores[b, j]) / step**length_penalty))
         live = ~at_limit & torch.tensor([len(finished[s]) < K for s in sentence.tolist()], device=src.device)
         if not bool(live.any()):
             break
@@ -170,7 +209,8 @@ def beam_search(
         keep = rank.argsort(dim=-1)[:, :K]  # [live, K] positions among the 2K candidates
         rows = (torch.arange(len(sentence), device=src.device)[:, None] * beams + parent.gather(1, keep))[live].view(-1)
         tokens = torch.cat([tokens[rows], token.gather(1, keep)[live].view(-1, 1)], dim=1)
-        scores = top_scores.gather(1, keep)[live]
+        # with fewer than K non-eos candidates (a tiny vocabulary) an eos candidate fills a slot: it must not go on
+        scores = top_scores.gather(1, keep).masked_fill(is_eos.gather(1, keep), float("-inf"))[live]
         if caches is not None:
             for c in caches:
                 c.reorder(rows)  # each beam continues its parent's history
@@ -180,11 +220,19 @@ def beam_search(
                 for c in memory_caches:
                     c.reorder(rows)
         sentence, max_lens = sentence[live], max_lens[live]
-    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+    return [sorted(hyps, key=lambda h: h[1], reverse=True) for hyps in finished]  # stable: ties keep finishing order
 
 
-def translate_ids(model, src: torch.Tensor, beam_size: int = 5, **settings) -> list[list[int]]:
-    """Greedy for beam_size 1, else beam search; settings as those functions take them."""
+def translate_ids(model, src: torch.Tensor, beam_size: int = 5, n_best: int | None = None, **settings):
+    """Greedy for beam_size 1, else beam search; settings as those functions take them (length_penalty,
+    max_len_ratio, max_len_offset, use_cache, no_repeat_ngram). -> ids per sentence; with n_best: per
+    sentence a list of its n best (ids, length-normalised score), best first (beam search, n_best <= beam_size;
+    beam_size 1 is then the greedy hypothesis with its score)."""
+    if n_best is not None:
+        if not 1 <= n_best <= beam_size:
+            raise LabError(f"n_best={n_best} needs 1 <= n_best <= beam_size (beam_size={beam_size}): beam search "
+                           "keeps beam_size hypotheses; raise beam_size")
+        return [hyps[:n_best] for hyps in beam_hypotheses(model, src, beam_size, **settings)]
     if beam_size == 1:
         settings.pop("length_penalty", None)  # greedy has no length normalisation
         return greedy_translate(model, src, **settings)
