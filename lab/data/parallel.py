@@ -2,7 +2,9 @@
 own tsv/jsonl pairs, split once with a seed, a joint byte-level BPE, and dynamically padded batches.
 
 A batch is a dict: source [B, S] (ids + eos, right-padded), target [B, T] (bos + ids + eos, right-padded),
-and the raw source/reference strings, so BLEU is computed against the untouched reference text.
+index [B] (position of each pair in its split) and, for the held-out splits, the raw source/reference strings,
+so BLEU is computed against the untouched reference text. The splits are stored once, as token ids in flat
+memmapped arrays (like the LM data), so a corpus of millions of pairs trains holding its token ids only.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -149,14 +152,87 @@ class ParallelFiles:
 
 
 class PairDataset(Dataset):
-    def __init__(self, pairs: list[Pair], source_ids: list[list[int]], target_ids: list[list[int]]):
-        self.pairs, self.source_ids, self.target_ids = pairs, source_ids, target_ids
+    """One split's pairs as token ids: the source ids of all pairs in one flat array, the target ids in another
+    (read-only memmaps of the prepared cache), cut by offsets. Item i: (texts or None, source ids, target ids, i).
+    texts: (source, reference) strings, held in memory for the held-out splits (BLEU scores the untouched
+    reference); the training split leaves them on disk (`pairs` reads them), so training holds token ids only."""
+
+    def __init__(self, directory: Path, split: str, dtype: str, hold_texts: bool):
+        self.texts_path = directory / f"{split}.texts.jsonl"
+        self.source, self.target = (np.memmap(directory / f"{split}.{side}.bin", dtype=dtype, mode="r")
+                                    if (directory / f"{split}.{side}.bin").stat().st_size else np.zeros(0, dtype)
+                                    for side in ("source", "target"))
+        offsets = np.load(directory / f"{split}.offsets.npy")  # [N + 1, 2]: start of pair i's source, target ids
+        self.source_offsets, self.target_offsets = offsets[:, 0], offsets[:, 1]
+        self.texts = self.pairs if hold_texts else None
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return len(self.source_offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:  # [N] source + target tokens per pair
+        return np.diff(self.source_offsets) + np.diff(self.target_offsets)
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(source, reference) of every pair, in split order (read from disk for the training split)."""
+        if getattr(self, "texts", None) is not None:
+            return self.texts
+        with open(self.texts_path, encoding="utf-8") as f:
+            return [tuple(json.loads(line)) for line in f]
 
     def __getitem__(self, i: int):
-        return self.pairs[i], self.source_ids[i], self.target_ids[i]
+        s, t = self.source_offsets, self.target_offsets
+        return (self.texts[i] if self.texts is not None else None, self.source[s[i] : s[i + 1]].astype(np.int64),
+                self.target[t[i] : t[i + 1]].astype(np.int64), i)
+
+
+def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_tokens: int, report: DataReport,
+                chunk: int = 10_000) -> dict:
+    """Tokenise `pairs` chunk by chunk into directory/<split>.{source,target}.bin (flat token ids), .offsets.npy
+    and .texts.jsonl, never holding more than one chunk's ids. Training pairs longer than max_tokens on either
+    side (with bos/eos) are dropped; held-out sources are cut to max_tokens, targets for the loss only (the
+    reference text is untouched); each counted in the report. -> facts for meta.json."""
+    n, dtype = max_tokens, np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    starts, totals, kept, dropped, chars = [(0, 0)], [0, 0], 0, 0, [0, 0]
+    with (open(directory / f"{split}.source.bin", "wb") as fs, open(directory / f"{split}.target.bin", "wb") as ft,
+          open(directory / f"{split}.texts.jsonl", "w", encoding="utf-8") as fx):
+        for c in range(0, len(pairs), chunk):
+            part = pairs[c : c + chunk]
+            sources = tokenizer.encode_batch([p[0] for p in part])
+            targets = tokenizer.encode_batch([p[1] for p in part])
+            src_ids, tgt_ids = [], []
+            for (s, t, where), src, tgt in zip(part, sources, targets):
+                src, tgt = src + [2], [1] + tgt + [2]
+                if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
+                    if len(src) > n or len(tgt) > n + 1:
+                        report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where)
+                        dropped += 1
+                        continue
+                else:
+                    if len(src) > n:
+                        report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
+                                    "reference is untouched)", where)
+                        src = src[: n - 1] + [2]
+                    if len(tgt) > n:
+                        report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
+                                    "loss only (BLEU scores the whole reference)", where)
+                        tgt = tgt[:n] + [2]
+                src_ids += src
+                tgt_ids += tgt
+                totals = [totals[0] + len(src), totals[1] + len(tgt)]
+                starts.append((totals[0], totals[1]))
+                chars = [chars[0] + len(s), chars[1] + len(t)]
+                fx.write(json.dumps([s, t], ensure_ascii=False) + "\n")
+                kept += 1
+            np.asarray(src_ids, dtype=dtype).tofile(fs)
+            np.asarray(tgt_ids, dtype=dtype).tofile(ft)
+    if split == "train" and not kept:
+        raise DataError(f"nothing is left to train on: all {len(pairs)} training pairs are longer than "
+                        f"data.max_tokens={n} tokens; raise it (and model.max_seq_len)")
+    np.save(directory / f"{split}.offsets.npy", np.asarray(starts, dtype=np.int64))
+    report.split(split, pairs=kept, source_characters=chars[0], target_characters=chars[1])
+    return {"pairs": kept, "dropped_long": dropped, "source_tokens": totals[0], "target_tokens": totals[1]}
 
 
 class ParallelDataModule(L.LightningDataModule):
@@ -171,7 +247,8 @@ class ParallelDataModule(L.LightningDataModule):
     batch_size: GLOBAL sentence pairs per optimizer step (per device: batch_size / (devices * accumulation)).
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
-    Held-out batches keep the split's order, so the first val_bleu_batches are a fair sample of it.
+    Held-out batches keep the split's order; the task decodes the pairs whose index is below its
+    val_bleu_sentences, a seeded random sample of the split when it was cut from train.
     """
 
     def __init__(self, corpus, reverse: bool = False, valid_size: int = 1000, test_size: int = 1000,
@@ -220,70 +297,54 @@ class ParallelDataModule(L.LightningDataModule):
                                 "that occurs in an earlier split; give held-out pairs that differ from the training data")
         return kept
 
-    def _prepared_dir(self, report: DataReport) -> Path:
+    def _prepared_dir(self, report: DataReport) -> tuple[Path, dict[str, list[Pair]]]:
         loaded = self.corpus.load(self.cache_dir, report)
-        key = f"v2|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|{self.eval_overlap}"
+        key = (f"v3|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
+               f"{self.eval_overlap}|{self.max_tokens}")
         h = hashlib.sha256(key.encode())
         for split in sorted(loaded):
             for s, t, w in loaded[split]:
                 h.update(f"{split}\0{s}\0{t}\0{w}\0".encode())
-        self._loaded = loaded
-        return self.cache_dir / "parallel" / h.hexdigest()[:16]
+        return self.cache_dir / "parallel" / h.hexdigest()[:16], loaded
 
     def prepare_data(self) -> None:
+        """Read the corpus, split it, train the tokenizer and write every split as token ids (write_split) into
+        a cache directory named by the content and the settings; the text is not kept in memory afterwards."""
         report = DataReport("translation")
-        out = self._prepared_dir(report)
-        if (out / "splits.json").exists():
+        out, loaded = self._prepared_dir(report)
+        self._dir = out
+        if (out / "meta.json").exists():
             return
-        splits = self._split(self._loaded, report)
+        splits = self._split(loaded, report)
+        del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
         texts = (text for s, t, _ in splits["train"] for text in (s, t))
-        load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
+        tokenizer = load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
+        if [tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
+            raise DataError(f"the tokenizer lacks the pad/bos/eos specials as ids 0, 1, 2; delete {tmp}")
+        dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+        meta = {"dtype": np.dtype(dtype).name, "splits": {}}
+        for split in ("train", "valid", "test"):
+            meta["splits"][split] = write_split(tmp, split, splits.pop(split), tokenizer, self.max_tokens, report)
         (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
-        (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))  # written last: marks it complete
-        publish_dir(tmp, out, "splits.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
+        (tmp / "meta.json").write_text(json.dumps(meta))  # written last: marks it complete
+        publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
-        out = self._prepared_dir(DataReport())
-        if not (out / "splits.json").exists():
+        out = getattr(self, "_dir", None) or self._prepared_dir(DataReport())[0]
+        if not (out / "meta.json").exists():
             self.prepare_data()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
-        if [self.tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
-            raise DataError(f"cached tokenizer {out / 'tokenizer.json'} lacks the pad/bos/eos specials; delete {out}")
-        splits = json.loads((out / "splits.json").read_text(encoding="utf-8"))
+        meta = json.loads((out / "meta.json").read_text())
+        self.datasets = {split: PairDataset(out, split, meta["dtype"], hold_texts=split != "train")
+                         for split in ("train", "valid", "test")}
+        self.dropped_long = meta["splits"]["train"]["dropped_long"]
         report = DataReport.from_dict(json.loads((out / "report.json").read_text(encoding="utf-8")))
-        n = self.max_tokens
-        for split, rows in splits.items():
-            pairs, where = [(s, t) for s, t, _ in rows], [w for _, _, w in rows]
-            src = [ids + [2] for ids in self.tokenizer.encode_batch([s for s, _ in pairs])]
-            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([t for _, t in pairs])]
-            if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
-                keep = [i for i in range(len(pairs)) if len(src[i]) <= n and len(tgt[i]) <= n + 1]
-                for i in sorted(set(range(len(pairs))) - set(keep)):
-                    report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where[i])
-                self.dropped_long = len(pairs) - len(keep)
-                if not keep:
-                    raise DataError(f"nothing is left to train on: all {len(pairs)} training pairs are longer than "
-                                    f"data.max_tokens={n} tokens; raise it (and model.max_seq_len)")
-                pairs, src, tgt = [pairs[i] for i in keep], [src[i] for i in keep], [tgt[i] for i in keep]
-            else:
-                for i in range(len(pairs)):
-                    if len(src[i]) > n:
-                        report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
-                                    "reference is untouched)", where[i])
-                    if len(tgt[i]) > n:
-                        report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
-                                    "loss only (BLEU scores the whole reference)", where[i])
-                src = [s if len(s) <= n else s[: n - 1] + [2] for s in src]
-                tgt = [t[:n] + ([] if len(t) <= n else [2]) for t in tgt]
-            self.datasets[split] = PairDataset(pairs, src, tgt)
-            report.split(split, pairs=len(pairs), source_characters=sum(len(s) for s, _ in pairs),
-                         target_characters=sum(len(t) for _, t in pairs))
         self.report = report.to_dict()
         report.log()
 
@@ -296,9 +357,11 @@ class ParallelDataModule(L.LightningDataModule):
         return {"corpus": self.corpus.name, "reverse": self.reverse}
 
     def collate(self, rows) -> dict:
-        pairs, src, tgt = zip(*rows)
-        return {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0),
-                "source_text": [p[0] for p in pairs], "reference_text": [p[1] for p in pairs]}
+        texts, src, tgt, index = zip(*rows)
+        batch = {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0), "index": torch.tensor(index)}
+        if texts[0] is not None:  # held-out splits: the strings BLEU is computed on
+            batch["source_text"], batch["reference_text"] = [p[0] for p in texts], [p[1] for p in texts]
+        return batch
 
     @property
     def shards_batches(self) -> bool:  # a BucketBatchSampler takes each rank's batches itself (see lab.train)
@@ -312,8 +375,7 @@ class ParallelDataModule(L.LightningDataModule):
                               collate_fn=self.collate, num_workers=self.num_workers,
                               generator=torch.Generator().manual_seed(self.seed))
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
-        lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)]
-        sampler = BucketBatchSampler(lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
+        sampler = BucketBatchSampler(data.lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
                                      world=world, max_tokens=per_device_batch(self.batch_tokens, t, "data.batch_tokens"))
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers)
 
