@@ -107,7 +107,7 @@ class TranslationTask(Task):
             parts: list = [None] * self.trainer.world_size
             torch.distributed.all_gather_object(parts, outputs)  # corpus BLEU needs every sentence in one place
             outputs = [row for part in parts for row in part]
-        by_index = dict((row[0], row[1:]) for row in outputs)  # a distributed sampler pads with repeated rows
+        by_index = {row[0]: row[1:] for row in outputs}  # a distributed sampler pads with repeated rows
         return [by_index[i] for i in sorted(by_index)]
 
     def _log_eval(self, stage: str) -> tuple | None:

@@ -1,4 +1,5 @@
 """Callbacks shared by every task."""
+from lab.runtime.callbacks.ema import EMA
 from lab.runtime.callbacks.throughput import Throughput
 
-__all__ = ["Throughput"]
+__all__ = ["EMA", "Throughput"]
