@@ -5,6 +5,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from lab.data.parallel import ParallelTextDataModule, write_split
 from lab.data.reading import DataReport
@@ -64,3 +65,27 @@ def test_chunked_tokenisation_writes_what_one_chunk_writes(tmp_path):
     assert written[7] == written[10_000]
     long = [w for s, t, w in pairs if len(tok.encode(s)) + 1 > 32 or len(tok.encode(t)) + 2 > 33]
     assert "f:50" in long and written[7][0]["dropped_long"] == len(long) and written[7][0]["pairs"] == 100 - len(long)
+
+
+def test_a_warm_cache_is_found_by_fingerprint_without_reading_the_pairs(tmp_path, monkeypatch):
+    from lab.data.parallel import ParallelFiles
+
+    write_generated(tmp_path / "pairs.tsv", 300)
+    settings = dict(cache_dir=str(tmp_path / "cache"), vocab_size=300, valid_size=20, test_size=20)
+    first = ParallelTextDataModule(str(tmp_path / "pairs.tsv"), **settings)
+    first.prepare_data()
+    first.setup("fit")
+
+    def no_reading(*_):
+        raise AssertionError("the pairs were read again")
+
+    monkeypatch.setattr(ParallelFiles, "load", no_reading)
+    again = ParallelTextDataModule(str(tmp_path / "pairs.tsv"), **settings)
+    again.prepare_data()
+    again.setup("fit")
+    assert again.datasets["test"].pairs == first.datasets["test"].pairs and again.report == first.report
+    with open(tmp_path / "pairs.tsv", "a") as f:  # other bytes: another cache entry, so the file is read
+        f.write("noch ein satz.\tone more sentence.\n")
+    changed = ParallelTextDataModule(str(tmp_path / "pairs.tsv"), **settings)
+    with pytest.raises(AssertionError, match="read again"):
+        changed.prepare_data()

@@ -33,7 +33,7 @@ from lab.data.reading import (
     read_table,
     text_of,
 )
-from lab.data.sources import DebianPackage
+from lab.data.sources import DebianPackage, sha256_of
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
 
@@ -85,6 +85,11 @@ class Ding:
     """German-English sentence pairs from the Ding dictionary in Debian's trans-de-en (pinned, verified)."""
 
     name = "ding-de-en"
+    rules = "ding_pairs-1"  # change when ding_pairs changes what it keeps: prepared caches are keyed by it
+
+    def fingerprint(self) -> str:
+        """What the pairs depend on, known without reading them: the pinned file and the extraction rules."""
+        return f"{self.name}|{TRANS_DE_EN.sha256}|{self.rules}"
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         path = TRANS_DE_EN.fetch(cache_dir) / TRANS_DE_EN.member
@@ -149,6 +154,16 @@ class ParallelFiles:
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         return {split: self._read(f, split, report) for split, f in self.files.items() if f}
+
+    def fingerprint(self) -> str:
+        """What the pairs depend on, known without reading them into memory: each file's name and bytes (sha256,
+        streamed) and the reading options. A missing file is the same error as when reading."""
+        parts = [self.name, self.format.key, repr(self.columns), repr(self.fields)]
+        for split, file in self.files.items():
+            if file:
+                path = check_file(file, f"{self.prefix}{split}_file")
+                parts.append(f"{split}:{path.name}:{sha256_of(path)}")
+        return "|".join(parts)
 
 
 class PairDataset(Dataset):
@@ -237,7 +252,8 @@ def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_t
 
 class ParallelDataModule(L.LightningDataModule):
     """Fields:
-    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`).
+    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`, and
+    `.fingerprint()`: what its pairs depend on, without reading them).
     reverse: translate target -> source (English -> German on Ding).
     valid_size / test_size: pairs held out of train (seeded) for splits the corpus does not provide.
     vocab_size: joint byte-level BPE over both languages of the training split.
@@ -297,24 +313,21 @@ class ParallelDataModule(L.LightningDataModule):
                                 "that occurs in an earlier split; give held-out pairs that differ from the training data")
         return kept
 
-    def _prepared_dir(self, report: DataReport) -> tuple[Path, dict[str, list[Pair]]]:
-        loaded = self.corpus.load(self.cache_dir, report)
+    def _prepared_dir(self) -> Path:
+        """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
         key = (f"v3|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
-               f"{self.eval_overlap}|{self.max_tokens}")
-        h = hashlib.sha256(key.encode())
-        for split in sorted(loaded):
-            for s, t, w in loaded[split]:
-                h.update(f"{split}\0{s}\0{t}\0{w}\0".encode())
-        return self.cache_dir / "parallel" / h.hexdigest()[:16], loaded
+               f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
+        return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def prepare_data(self) -> None:
         """Read the corpus, split it, train the tokenizer and write every split as token ids (write_split) into
-        a cache directory named by the content and the settings; the text is not kept in memory afterwards."""
-        report = DataReport("translation")
-        out, loaded = self._prepared_dir(report)
-        self._dir = out
+        a cache directory named by the corpus fingerprint and the settings. Reading holds the text for a moment,
+        once; a warm cache reads nothing but the ids."""
+        out = self._prepared_dir()
         if (out / "meta.json").exists():
             return
+        report = DataReport("translation")
+        loaded = self.corpus.load(self.cache_dir, report)
         splits = self._split(loaded, report)
         del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -336,7 +349,7 @@ class ParallelDataModule(L.LightningDataModule):
             return
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
-        out = getattr(self, "_dir", None) or self._prepared_dir(DataReport())[0]
+        out = self._prepared_dir()
         if not (out / "meta.json").exists():
             self.prepare_data()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
