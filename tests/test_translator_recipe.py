@@ -159,7 +159,7 @@ def test_ema_checkpoints_hold_the_hand_computed_average_and_the_test_uses_it(tmp
 
     d = 0.5
     train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=4", "callbacks=ema", f"callbacks.ema.decay={d}",
-           "callbacks.checkpoint.monitor=null", "callbacks.checkpoint.every_n_train_steps=1",
+           "callbacks.checkpoint.monitor=null", "+callbacks.checkpoint.every_n_train_steps=1",
            "callbacks.checkpoint.save_top_k=-1", "callbacks.progress=null"], tmp_path, env={"OMP_NUM_THREADS": "1"})
     (run,) = run_dirs(tmp_path)
     ckpts = [torch.load(run / "checkpoints" / f"best-step{k}.ckpt", map_location="cpu", weights_only=False)

@@ -39,12 +39,17 @@ class TranslationTask(Task):
     the same N every time, so `optimized_metric=val/bleu optimized_mode=max` picks the best checkpoint by a
     comparable score; null: all. Decoding dominates a CPU validation. num_examples: source / reference /
     hypothesis rows logged each validation. test_outputs: (source, reference, hypothesis) of the last test,
-    in split order (lab.eval compares them with another system's).
+    in split order (lab.eval compares them with another system's). val_bleu_batches: the older setting, read
+    from older checkpoints' configs and ignored (said in one line).
     """
 
     def __init__(self, model, optimizer, scheduler=None, label_smoothing: float = 0.1, val_decoding: dict | None = None,
-                 test_decoding: dict | None = None, val_bleu_sentences: int | None = 200, num_examples: int = 5):
+                 test_decoding: dict | None = None, val_bleu_sentences: int | None = 200, num_examples: int = 5,
+                 val_bleu_batches: int | None = None):
         super().__init__(model, optimizer, scheduler)
+        if val_bleu_batches is not None:  # the setting of older lab versions, still in their checkpoints' configs
+            log.warning("task.val_bleu_batches=%s is no longer used: task.val_bleu_sentences=%s validation sentences are "
+                        "decoded (the same ones at every validation)", val_bleu_batches, val_bleu_sentences)
         if val_bleu_sentences is not None and val_bleu_sentences < 0:
             raise LabError(f"task.val_bleu_sentences={val_bleu_sentences}: give the number of validation sentences to "
                            "decode (0: none), or null for all")

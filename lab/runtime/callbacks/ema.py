@@ -3,6 +3,7 @@ checkpoints holding the averaged weights for every later use."""
 from __future__ import annotations
 
 import logging
+import warnings
 
 from lightning.pytorch.callbacks import EMAWeightAveraging
 from lightning.pytorch.trainer.states import TrainerFn
@@ -37,7 +38,9 @@ class EMA(EMAWeightAveraging):
                                "python -m lab.checkpoint average <run dir> out.ckpt --last N")
             log.info("EMA of the weights: decay %s from step %d; validation and checkpoints use the average",
                      self.decay, self.update_starting_at_step)
-        super().setup(trainer, pl_module, stage)
+        with warnings.catch_warnings():  # Task.configure_model shards only under trainer=fsdp, refused above
+            warnings.filterwarnings("ignore", message=".*overrides the configure_model.*")
+            super().setup(trainer, pl_module, stage)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if trainer.state.fn == TrainerFn.FITTING:  # resuming: the raw weights continue training
