@@ -186,3 +186,15 @@ def test_ema_checkpoints_hold_the_hand_computed_average_and_the_test_uses_it(tmp
 def test_ema_decay_outside_0_1_is_one_error_line(tmp_path):
     out = run_module("lab.train", [*TINY_LM, "callbacks=ema", "callbacks.ema.decay=1.5"], tmp_path)
     assert out.returncode == 2 and "callbacks.ema.decay=1.5: give a decay in (0, 1)" in out.stderr
+
+
+def test_eval_on_the_validation_split_decodes_the_validation_sentences(translator_run):
+    tmp, run = translator_run
+    out = eval_cli(run, tmp, "split=valid", f"outputs_dir={tmp / 'valid'}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "on the validation split (the metrics below are named test/*)" in out.stdout
+    test = eval_cli(run, tmp, f"outputs_dir={tmp / 'test'}")
+    assert test.returncode == 0, test.stderr[-2000:]
+    valid_sources = (tmp / "valid" / "test.source").read_text().splitlines()
+    test_sources = (tmp / "test" / "test.source").read_text().splitlines()
+    assert len(valid_sources) == len(test_sources) == 40 and not set(valid_sources) & set(test_sources)
