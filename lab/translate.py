@@ -31,6 +31,8 @@ def run(cfg: DictConfig) -> None:
     todo = [i for i, line in enumerate(lines) if normalize_sentence(line)]
     say_blank(len(lines) - len(todo), len(lines))
     batch_size, beam_size = settings.pop("batch_size"), settings.pop("beam_size")
+    settings["no_repeat_ngram"] = int(cfg.get("no_repeat_ngram") or 0)
+    settings["n_best"] = int(cfg.n_best) if cfg.get("n_best") is not None else None  # n_best=0 is refused
     t0 = time.perf_counter()
     with progress(len(todo), "translating") as advance:
         translations = translate_lines(model, tokenizer, [lines[i] for i in todo], batch_size, beam_size,

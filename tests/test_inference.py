@@ -170,7 +170,7 @@ def test_translator_training_ids_equal_inference_ids(tmp_path):
     dm = ParallelTextDataModule(str(train), test_file=str(held_out), valid_size=5, vocab_size=300,
                                 cache_dir=str(tmp_path / "cache"))
     dm.setup()
-    trained = dm.datasets["test"].source_ids[0]
+    trained = dm.datasets["test"][0][1].tolist()  # (texts, source ids, target ids, index)
     assert trained == encode_source(dm.tokenizer, RAW, 2)  # lab.translate's path (eos id 2)
     assert trained == encode_source(dm.tokenizer, "Wie spät ist es?", 2)
 
