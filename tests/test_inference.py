@@ -64,6 +64,7 @@ BAD_SETTINGS = [
     ("temperature", -1, ">= 0"), ("temperature", float("nan"), ">= 0"), ("top_k", 0, ">= 1"), ("top_k", 2.5, ">= 1"),
     ("top_p", 1.5, "(0, 1]"), ("top_p", 0, "(0, 1]"), ("max_new_tokens", -5, ">= 1"), ("num_samples", 0, ">= 1"),
     ("beam_size", 0, ">= 1"), ("length_penalty", float("inf"), "finite"), ("batch_size", "many", ">= 1"),
+    ("n_best", 0, "from 1 to beam_size"), ("no_repeat_ngram", -1, ">= 0"), ("no_repeat_ngram", 1.5, ">= 0"),
 ]
 
 

@@ -13,8 +13,7 @@ from lab.models.decoding import greedy_translate
 from lab.models.seq2seq import EncoderDecoder
 from lab.tasks.optim import inverse_sqrt
 from lab.tasks.translation import TranslationTask
-from tests.conftest import TINY_LM, read_metrics, run_dirs, run_module, train
-from tests.test_translation import TINY_TRANSLATOR
+from tests.conftest import TINY_LM, read_metrics, run_dirs, run_module, train, translator_eval
 
 SUBSET = 13  # not a multiple of the evaluation batch (5): the subset ends inside a batch
 
@@ -93,40 +92,25 @@ def test_the_best_checkpoint_is_the_validation_with_the_highest_bleu(trained):
     assert best.best_model_path.endswith(f"best-step{step}.ckpt")
 
 
-@pytest.fixture(scope="module")
-def translator_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cli")
-    train(["+experiment=translator_small", *TINY_TRANSLATOR, "task.val_bleu_sentences=30", "optimized_metric=val/bleu",
-           "optimized_mode=max"], tmp, env={"OMP_NUM_THREADS": "1"})
-    (run,) = run_dirs(tmp)
-    return tmp, run
-
-
 def test_the_recipe_option_chooses_checkpoints_by_val_bleu_through_the_cli(translator_run):
     _, run = translator_run
     rows = read_metrics(run)
     bleu = {int(r["step"]): float(r["val/bleu"]) for r in rows if r.get("val/bleu")}
     assert sorted(bleu) == [2, 5]  # steps are 0-based in the csv: validations after steps 3 and 6
     ckpt = torch.load(next((run / "checkpoints").glob("best-step*.ckpt")), map_location="cpu", weights_only=False)
-    (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("RunCheckpoint")]
     assert state["monitor"] == "val/bleu" and state["best_model_score"].item() == pytest.approx(max(bleu.values()))
 
 
-def eval_cli(run, tmp, *args):
-    return run_module("lab.eval", [f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+task.test_decoding.max_len_offset=2",
-                                   *args], tmp, env={"OMP_NUM_THREADS": "1"})
-
-
-def test_eval_compares_with_a_system_output_file_by_sacrebleus_paired_bootstrap(translator_run):
-    tmp, run = translator_run
-    out = eval_cli(run, tmp, f"outputs_dir={tmp / 'out'}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    refs = (tmp / "out" / "test.reference").read_text().splitlines()
-    hyps = (tmp / "out" / "test.hypothesis").read_text().splitlines()
+def test_eval_compares_with_a_system_output_file_by_sacrebleus_paired_bootstrap(translator_run, translator_tested, tmp_path):
+    tested, outputs = translator_tested
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    refs = (outputs / "test.reference").read_text().splitlines()
+    hyps = (outputs / "test.hypothesis").read_text().splitlines()
     assert len(refs) == len(hyps) == 40
     # the other system: the references themselves for the first half, this checkpoint's output for the rest
-    (tmp / "other.en").write_text("".join(line + "\n" for line in refs[:20] + hyps[20:]))
-    out = eval_cli(run, tmp, f"compare_to={tmp / 'other.en'}", "bootstrap_samples=200")
+    (tmp_path / "other.en").write_text("".join(line + "\n" for line in refs[:20] + hyps[20:]))
+    out = translator_eval(translator_run, f"compare_to={tmp_path / 'other.en'}", "bootstrap_samples=200")
     assert out.returncode == 0, out.stderr[-2000:]
     bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score
     other = sacrebleu.corpus_bleu(refs[:20] + hyps[20:], [refs], tokenize="13a").score
@@ -137,15 +121,15 @@ def test_eval_compares_with_a_system_output_file_by_sacrebleus_paired_bootstrap(
     assert "BLEU|nrefs:1|bs:200|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out.stdout
     assert "chrF2|nrefs:1|bs:200|seed:12345" in out.stdout
 
-    (tmp / "short.en").write_text("only one line\n")
-    bad = eval_cli(run, tmp, f"compare_to={tmp / 'short.en'}")
+    (tmp_path / "short.en").write_text("only one line\n")
+    bad = translator_eval(translator_run, f"compare_to={tmp_path / 'short.en'}")
     assert bad.returncode == 2 and "has 1 lines, but the test split has 40 sentences" in bad.stderr
 
 
 def test_eval_compares_two_checkpoints_on_the_same_test_split(translator_run):
-    tmp, run = translator_run
+    _, run = translator_run
     best = next((run / "checkpoints").glob("best-step*.ckpt"))
-    out = eval_cli(run, tmp, f"compare_to={best}", "bootstrap_samples=100")
+    out = translator_eval(translator_run, f"compare_to={best}", "bootstrap_samples=100")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "paired bootstrap resampling (sacreBLEU), 40 test sentences" in out.stdout
     assert "BLEU|nrefs:1|bs:100" in out.stdout
@@ -158,9 +142,9 @@ def test_ema_checkpoints_hold_the_hand_computed_average_and_the_test_uses_it(tmp
     from lab.runtime.checkpoints import load_model
 
     d = 0.5
-    train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=4", "callbacks=ema", f"callbacks.ema.decay={d}",
-           "callbacks.checkpoint.monitor=null", "+callbacks.checkpoint.every_n_train_steps=1",
-           "callbacks.checkpoint.save_top_k=-1", "callbacks.progress=null"], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=1", "callbacks=ema", f"callbacks.ema.decay={d}",
+           "callbacks.checkpoint.monitor=null", "callbacks.checkpoint.save_top_k=-1", "callbacks.progress=null"],
+          tmp_path, env={"OMP_NUM_THREADS": "1"})  # a validation, so a kept checkpoint, after every step
     (run,) = run_dirs(tmp_path)
     ckpts = [torch.load(run / "checkpoints" / f"best-step{k}.ckpt", map_location="cpu", weights_only=False)
              for k in range(1, 5)]
@@ -188,13 +172,12 @@ def test_ema_decay_outside_0_1_is_one_error_line(tmp_path):
     assert out.returncode == 2 and "callbacks.ema.decay=1.5: give a decay in (0, 1)" in out.stderr
 
 
-def test_eval_on_the_validation_split_decodes_the_validation_sentences(translator_run):
-    tmp, run = translator_run
-    out = eval_cli(run, tmp, "split=valid", f"outputs_dir={tmp / 'valid'}")
+def test_eval_on_the_validation_split_decodes_the_validation_sentences(translator_run, translator_tested, tmp_path):
+    out = translator_eval(translator_run, "split=valid", f"outputs_dir={tmp_path / 'valid'}")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "on the validation split (the metrics below are named test/*)" in out.stdout
-    test = eval_cli(run, tmp, f"outputs_dir={tmp / 'test'}")
-    assert test.returncode == 0, test.stderr[-2000:]
-    valid_sources = (tmp / "valid" / "test.source").read_text().splitlines()
-    test_sources = (tmp / "test" / "test.source").read_text().splitlines()
+    tested, test_outputs = translator_tested
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    valid_sources = (tmp_path / "valid" / "test.source").read_text().splitlines()
+    test_sources = (test_outputs / "test.source").read_text().splitlines()
     assert len(valid_sources) == len(test_sources) == 40 and not set(valid_sources) & set(test_sources)

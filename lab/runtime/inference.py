@@ -50,6 +50,8 @@ SETTINGS: dict[str, tuple[type, Callable[[Any], bool], str, bool]] = {
     "max_len_ratio": (float, lambda v: v > 0, "a number > 0", False),
     "max_len_offset": (int, lambda v: v >= 0, "an integer >= 0", False),
     "batch_size": (int, lambda v: v >= 1, "an integer >= 1", False),
+    "n_best": (int, lambda v: v >= 1, "an integer from 1 to beam_size, or null for the best translation only", True),
+    "no_repeat_ngram": (int, lambda v: v >= 0, "an integer >= 0 (0 = off)", False),
 }
 
 
