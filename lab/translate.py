@@ -1,6 +1,7 @@
 """Translate with a trained translator: python -m lab.translate ckpt_path=<run dir or .ckpt> text="Wie spät ist es?"
 beam_size=5, or input_file=in.de (or lines on stdin) [output_file=out.en]: one translation per input line, in
-order; a blank input line gives a blank output line."""
+order; a blank input line gives a blank output line. n_best=N: each output line holds the N best translations with
+their length-normalised scores, tab-separated (score, text, score, text, ...); no_repeat_ngram=n: no n-gram twice."""
 from __future__ import annotations
 
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
 from lab.runtime.help import exit_with_help
 from lab.runtime.inputs import take_text_arguments, taken
@@ -23,7 +25,11 @@ def run(cfg: DictConfig) -> None:
     from lab.runtime.inference import check_settings, checkpoint_for, pick_device, trained_length, translate_lines  # noqa: PLC0415
     from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
-    settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size")
+    settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size",
+                              "n_best", "no_repeat_ngram")
+    if settings["n_best"] is not None and settings["n_best"] > settings["beam_size"]:  # before anything is read
+        raise LabError(f"n_best={settings['n_best']} is out of range: beam search keeps beam_size={settings['beam_size']} "
+                       "hypotheses; raise beam_size to at least n_best")
     device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.translate", str(cfg.ckpt_path))
     lines = read_texts(taken("text"), taken("input_file"), "input_file")

@@ -54,6 +54,42 @@ def metric_by_step(rows: list[dict[str, str]], name: str) -> dict[int, float]:
     return {int(r["step"]): float(r[name]) for r in rows if r.get(name)}
 
 
+# A tiny translator on the Ding pairs: 6 steps, validations after steps 3 and 6, 40 validation and 40 test pairs.
+TINY_TRANSLATOR = [
+    "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "data.vocab_size=600",
+    "data.valid_size=40", "data.test_size=40", "data.batch_size=16", "data.eval_batch_size=20",
+    "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
+    "task.scheduler.warmup_steps=2", "task.test_decoding.max_len_offset=2", "task.val_decoding.max_len_offset=2",
+    "logger.wandb.mode=disabled", "callbacks.progress=null",
+]
+
+
+@pytest.fixture(scope="session")
+def translator_run(tmp_path_factory) -> tuple[Path, Path]:
+    """One tiny translator_small run with the recipe's options (the best checkpoint by val/bleu on the first 30
+    validation sentences), shared by the command-line tests of test_translation and test_translator_recipe:
+    a subprocess's start is most of their time. -> (runs dir, run dir)."""
+    tmp = tmp_path_factory.mktemp("translator")
+    train(["+experiment=translator_small", *TINY_TRANSLATOR, "task.val_bleu_sentences=30", "optimized_metric=val/bleu",
+           "optimized_mode=max"], tmp, env={"OMP_NUM_THREADS": "1"})
+    (run,) = run_dirs(tmp)
+    return tmp, run
+
+
+def translator_eval(translator_run, *args: str) -> subprocess.CompletedProcess:
+    """python -m lab.eval on translator_run's last checkpoint (beam search limited as in training's test)."""
+    tmp, run = translator_run
+    return run_module("lab.eval", [f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "+task.test_decoding.max_len_offset=2",
+                                   *args], tmp, env={"OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="session")
+def translator_tested(translator_run) -> tuple[subprocess.CompletedProcess, Path]:
+    """lab.eval of translator_run's last checkpoint with outputs_dir, run once. -> (the process, outputs dir)."""
+    out_dir = translator_run[0] / "test_outputs"
+    return translator_eval(translator_run, f"outputs_dir={out_dir}"), out_dir
+
+
 @pytest.fixture(scope="session")
 def compose():
     """compose(overrides) -> resolved-able DictConfig of conf/train.yaml, without running anything."""

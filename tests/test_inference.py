@@ -64,6 +64,7 @@ BAD_SETTINGS = [
     ("temperature", -1, ">= 0"), ("temperature", float("nan"), ">= 0"), ("top_k", 0, ">= 1"), ("top_k", 2.5, ">= 1"),
     ("top_p", 1.5, "(0, 1]"), ("top_p", 0, "(0, 1]"), ("max_new_tokens", -5, ">= 1"), ("num_samples", 0, ">= 1"),
     ("beam_size", 0, ">= 1"), ("length_penalty", float("inf"), "finite"), ("batch_size", "many", ">= 1"),
+    ("n_best", 0, "from 1 to beam_size"), ("no_repeat_ngram", -1, ">= 0"), ("no_repeat_ngram", 1.5, ">= 0"),
 ]
 
 
@@ -170,7 +171,7 @@ def test_translator_training_ids_equal_inference_ids(tmp_path):
     dm = ParallelTextDataModule(str(train), test_file=str(held_out), valid_size=5, vocab_size=300,
                                 cache_dir=str(tmp_path / "cache"))
     dm.setup()
-    trained = dm.datasets["test"].source_ids[0]
+    trained = dm.datasets["test"][0][1].tolist()  # (texts, source ids, target ids, index)
     assert trained == encode_source(dm.tokenizer, RAW, 2)  # lab.translate's path (eos id 2)
     assert trained == encode_source(dm.tokenizer, "Wie spät ist es?", 2)
 

@@ -271,6 +271,7 @@ REFUSED = [
     _refused("lab.generate", "top_p=1.5", "top_p=1.5 is out of range: top_p must be a number in (0, 1]"),
     _refused("lab.generate", "max_new_tokens=-5", "max_new_tokens=-5 is out of range: max_new_tokens must be an integer >= 1"),
     _refused("lab.translate", "length_penalty=nan", "length_penalty=nan is out of range: length_penalty must be a finite number"),
+    _refused("lab.translate", "n_best=6", "n_best=6 is out of range: beam search keeps beam_size=5 hypotheses"),
     # the ranges themselves are tested in test_inference.py
     _refused("lab.generate", "top_k=0", "top_k=0 is out of range: top_k must be an integer >= 1, or null", slow=True),
     _refused("lab.generate", "num_samples=0", "num_samples=0 is out of range", slow=True),

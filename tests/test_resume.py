@@ -48,7 +48,7 @@ def translator_args(tmp_path) -> list[str]:
     return ["+experiment=translator_small", "data=parallel_text", f"data.train_file={tmp_path}/pairs.tsv",
             "data.valid_size=10", "data.test_size=10", "data.vocab_size=300", "data.batch_tokens=400",
             "data.eval_batch_size=10", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-            "task.scheduler.warmup_steps=2", "task.val_bleu_batches=1", "task.val_decoding.max_len_offset=2",
+            "task.scheduler.warmup_steps=2", "task.val_bleu_sentences=8", "task.val_decoding.max_len_offset=2",
             "task.num_examples=0", *QUIET]
 
 

@@ -18,7 +18,7 @@ from lab.models.decoding import beam_search, greedy_translate
 from lab.models.seq2seq import EncoderDecoder
 from lab.tasks.optim import inverse_sqrt
 from lab.tasks.translation import corpus_scores, label_smoothed_cross_entropy
-from tests.conftest import read_metrics, run_dirs, run_module, train
+from tests.conftest import TINY_TRANSLATOR, read_metrics, run_dirs, run_module, train
 
 PAD, BOS, EOS = 0, 1, 2
 LAYOUTS = {
@@ -238,13 +238,13 @@ def test_token_budget_batches_are_bucketed_seeded_and_cover_every_pair_once(tmp_
         return sum(b[k].eq(PAD).sum().item() for b in batches for k in ("source", "target")) / tokens
 
     bucketed = epoch(200)
-    seen = [s for b in bucketed for s in b["source_text"]]
-    assert len(seen) == len(set(seen)) == 60  # every training pair once per epoch
+    seen = [i for b in bucketed for i in b["index"].tolist()]  # training batches carry ids and indices, no text
+    assert sorted(seen) == list(range(60))  # every training pair once per epoch
     assert all(b["source"].numel() + b["target"].numel() <= 200 for b in bucketed)
-    assert len({len(b["source_text"]) for b in bucketed}) > 1  # short pairs come more to a batch
+    assert len({len(b["index"]) for b in bucketed}) > 1  # short pairs come more to a batch
     assert padding(bucketed) < 0.5 * padding(epoch(None))
-    assert [b["source_text"] for b in epoch(200)] == [b["source_text"] for b in bucketed]  # data.seed fixes them
-    assert [b["source_text"] for b in epoch(200, seed=8)] != [b["source_text"] for b in bucketed]
+    assert [b["index"].tolist() for b in epoch(200)] == [b["index"].tolist() for b in bucketed]  # data.seed fixes them
+    assert [b["index"].tolist() for b in epoch(200, seed=8)] != [b["index"].tolist() for b in bucketed]
     with pytest.raises(DataError, match="data.batch_tokens=0"):
         epoch(0)
 
@@ -310,15 +310,6 @@ def test_missing_apt_lists_say_what_to_run(tmp_path, monkeypatch):
 
 # ---- configs and the command line ----
 
-TINY_TRANSLATOR = [
-    "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "data.vocab_size=600",
-    "data.valid_size=40", "data.test_size=40", "data.batch_size=16", "data.eval_batch_size=20",
-    "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
-    "task.scheduler.warmup_steps=2", "task.test_decoding.max_len_offset=2", "task.val_decoding.max_len_offset=2",
-    "logger.wandb.mode=disabled", "callbacks.progress=null",
-]
-
-
 def test_vanilla_is_the_paper_layout_at_the_small_budget(compose):
     small, vanilla = compose(["+experiment=translator_small"]), compose(["+experiment=translator_vanilla"])
     assert (vanilla.model.norm_placement, vanilla.model.positions, vanilla.model.ffn) == ("post", "sinusoidal", "relu")
@@ -330,20 +321,41 @@ def test_vanilla_is_the_paper_layout_at_the_small_budget(compose):
 
 
 @pytest.mark.parametrize("experiment", ["translator_small", pytest.param("translator_vanilla", marks=pytest.mark.slow)])
-def test_translator_trains_then_translates_and_evaluates_through_the_cli(tmp_path, experiment):
+def test_translator_trains_then_translates_and_evaluates_through_the_cli(request, tmp_path, experiment):
+    """translator_small: the run shared with test_translator_recipe (conftest.translator_run) and its lab.eval."""
     env = {"OMP_NUM_THREADS": "1"}
-    train([f"+experiment={experiment}", *TINY_TRANSLATOR], tmp_path, env=env)
-    (run,) = run_dirs(tmp_path)
+    if experiment == "translator_vanilla":  # the entry points after training do not depend on the layout
+        train([f"+experiment={experiment}", *TINY_TRANSLATOR], tmp_path, env=env)
+        (run,) = run_dirs(tmp_path)
+    else:
+        _, run = request.getfixturevalue("translator_run")
     rows = read_metrics(run)
     assert any(r.get("val/bleu") for r in rows) and any(r.get("test/chrf") for r in rows)
-    ckpt = str(run / "checkpoints" / "last.ckpt")
     if experiment == "translator_vanilla":
-        return  # the entry points below do not depend on the layout
-    out = run_module("lab.translate", [f"ckpt_path={ckpt}", "text=Wie spät ist es?", "beam_size=3",
-                                       "max_len_offset=3"], tmp_path, env=env)
+        return
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    tested, _ = request.getfixturevalue("translator_tested")
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in tested.stdout
+
+    # n-best through the CLI: per input line 3 (score, translation) pairs, best first, led by the beam's best
+    from lab.runtime.checkpoints import load_model
+    from lab.runtime.inference import trained_length, translate_lines
+
+    texts = ["Wie spät ist es?", "Das Haus ist alt und groß."]
+    (tmp_path / "in.de").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    out = run_module("lab.translate", [f"ckpt_path={ckpt}", f"input_file={tmp_path / 'in.de'}", "beam_size=3",
+                                       "n_best=3", "max_len_offset=3"], tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    out = run_module("lab.eval", [f"ckpt_path={ckpt}", "+task.test_decoding.max_len_offset=2"], tmp_path, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out.stdout
+    model, tokenizer, meta = load_model(ckpt)
+    best = translate_lines(model, tokenizer, texts, 64, 3, trained_length(meta), length_penalty=1.0, max_len_ratio=1.5,
+                           max_len_offset=3)  # lab.translate's defaults, without n_best
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(texts)
+    for line, expected in zip(lines, best):
+        fields = line.split("\t")
+        scores, hyps = [float(x) for x in fields[0::2]], fields[1::2]
+        assert len(hyps) == 3 and scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+        assert hyps[0] == expected
     bad = run_module("lab.translate", [f"ckpt_path={ckpt}", "text="], tmp_path, env=env)
     assert bad.returncode == 2 and 'text="" is empty' in bad.stderr

@@ -2,7 +2,9 @@
 own tsv/jsonl pairs, split once with a seed, a joint byte-level BPE, and dynamically padded batches.
 
 A batch is a dict: source [B, S] (ids + eos, right-padded), target [B, T] (bos + ids + eos, right-padded),
-and the raw source/reference strings, so BLEU is computed against the untouched reference text.
+index [B] (position of each pair in its split) and, for the held-out splits, the raw source/reference strings,
+so BLEU is computed against the untouched reference text. The splits are stored once, as token ids in flat
+memmapped arrays (like the LM data), so a corpus of millions of pairs trains holding its token ids only.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 import lightning as L
+import numpy as np
+import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
@@ -29,7 +33,7 @@ from lab.data.reading import (
     read_table,
     text_of,
 )
-from lab.data.sources import DebianPackage
+from lab.data.sources import DebianPackage, sha256_of
 from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
 from lab.errors import DataError
@@ -82,6 +86,11 @@ class Ding:
     """German-English sentence pairs from the Ding dictionary in Debian's trans-de-en (pinned, verified)."""
 
     name = "ding-de-en"
+    rules = "ding_pairs-1"  # change when ding_pairs changes what it keeps: prepared caches are keyed by it
+
+    def fingerprint(self) -> str:
+        """What the pairs depend on, known without reading them: the pinned file and the extraction rules."""
+        return f"{self.name}|{TRANS_DE_EN.sha256}|{self.rules}"
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         path = TRANS_DE_EN.fetch(cache_dir) / TRANS_DE_EN.member
@@ -147,21 +156,105 @@ class ParallelFiles:
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         return {split: self._read(f, split, report) for split, f in self.files.items() if f}
 
+    def fingerprint(self) -> str:
+        """What the pairs depend on, known without reading them into memory: each file's name and bytes (sha256,
+        streamed) and the reading options. A missing file is the same error as when reading."""
+        parts = [self.name, self.format.key, repr(self.columns), repr(self.fields)]
+        for split, file in self.files.items():
+            if file:
+                path = check_file(file, f"{self.prefix}{split}_file")
+                parts.append(f"{split}:{path.name}:{sha256_of(path)}")
+        return "|".join(parts)
+
 
 class PairDataset(Dataset):
-    def __init__(self, pairs: list[Pair], source_ids: list[list[int]], target_ids: list[list[int]]):
-        self.pairs, self.source_ids, self.target_ids = pairs, source_ids, target_ids
+    """One split's pairs as token ids: the source ids of all pairs in one flat array, the target ids in another
+    (read-only memmaps of the prepared cache), cut by offsets. Item i: (texts or None, source ids, target ids, i).
+    texts: (source, reference) strings, held in memory for the held-out splits (BLEU scores the untouched
+    reference); the training split leaves them on disk (`pairs` reads them), so training holds token ids only."""
+
+    def __init__(self, directory: Path, split: str, dtype: str, hold_texts: bool):
+        self.texts_path = directory / f"{split}.texts.jsonl"
+        self.source, self.target = (np.memmap(directory / f"{split}.{side}.bin", dtype=dtype, mode="r")
+                                    if (directory / f"{split}.{side}.bin").stat().st_size else np.zeros(0, dtype)
+                                    for side in ("source", "target"))
+        offsets = np.load(directory / f"{split}.offsets.npy")  # [N + 1, 2]: start of pair i's source, target ids
+        self.source_offsets, self.target_offsets = offsets[:, 0], offsets[:, 1]
+        self.texts = self.pairs if hold_texts else None
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return len(self.source_offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:  # [N] source + target tokens per pair
+        return np.diff(self.source_offsets) + np.diff(self.target_offsets)
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(source, reference) of every pair, in split order (read from disk for the training split)."""
+        if getattr(self, "texts", None) is not None:
+            return self.texts
+        with open(self.texts_path, encoding="utf-8") as f:
+            return [tuple(json.loads(line)) for line in f]
 
     def __getitem__(self, i: int):
-        return self.pairs[i], self.source_ids[i], self.target_ids[i]
+        s, t = self.source_offsets, self.target_offsets
+        return (self.texts[i] if self.texts is not None else None, self.source[s[i] : s[i + 1]].astype(np.int64),
+                self.target[t[i] : t[i + 1]].astype(np.int64), i)
+
+
+def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_tokens: int, report: DataReport,
+                chunk: int = 10_000) -> dict:
+    """Tokenise `pairs` chunk by chunk into directory/<split>.{source,target}.bin (flat token ids), .offsets.npy
+    and .texts.jsonl, never holding more than one chunk's ids. Training pairs longer than max_tokens on either
+    side (with bos/eos) are dropped; held-out sources are cut to max_tokens, targets for the loss only (the
+    reference text is untouched); each counted in the report. -> facts for meta.json."""
+    n, dtype = max_tokens, np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    starts, totals, kept, dropped, chars = [(0, 0)], [0, 0], 0, 0, [0, 0]
+    with (open(directory / f"{split}.source.bin", "wb") as fs, open(directory / f"{split}.target.bin", "wb") as ft,
+          open(directory / f"{split}.texts.jsonl", "w", encoding="utf-8") as fx):
+        for c in range(0, len(pairs), chunk):
+            part = pairs[c : c + chunk]
+            sources = tokenizer.encode_batch([normalize_sentence(p[0]) for p in part])  # as inference will see them
+            targets = tokenizer.encode_batch([normalize_sentence(p[1]) for p in part])
+            src_ids, tgt_ids = [], []
+            for (s, t, where), src, tgt in zip(part, sources, targets):
+                src, tgt = src + [2], [1] + tgt + [2]
+                if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
+                    if len(src) > n or len(tgt) > n + 1:
+                        report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where)
+                        dropped += 1
+                        continue
+                else:
+                    if len(src) > n:
+                        report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
+                                    "reference is untouched)", where)
+                        src = src[: n - 1] + [2]
+                    if len(tgt) > n:
+                        report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
+                                    "loss only (BLEU scores the whole reference)", where)
+                        tgt = tgt[:n] + [2]
+                src_ids += src
+                tgt_ids += tgt
+                totals = [totals[0] + len(src), totals[1] + len(tgt)]
+                starts.append((totals[0], totals[1]))
+                chars = [chars[0] + len(s), chars[1] + len(t)]
+                fx.write(json.dumps([s, t], ensure_ascii=False) + "\n")
+                kept += 1
+            np.asarray(src_ids, dtype=dtype).tofile(fs)
+            np.asarray(tgt_ids, dtype=dtype).tofile(ft)
+    if split == "train" and not kept:
+        raise DataError(f"nothing is left to train on: all {len(pairs)} training pairs are longer than "
+                        f"data.max_tokens={n} tokens; raise it (and model.max_seq_len)")
+    np.save(directory / f"{split}.offsets.npy", np.asarray(starts, dtype=np.int64))
+    report.split(split, pairs=kept, source_characters=chars[0], target_characters=chars[1])
+    return {"pairs": kept, "dropped_long": dropped, "source_tokens": totals[0], "target_tokens": totals[1]}
 
 
 class ParallelDataModule(L.LightningDataModule):
     """Fields:
-    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`).
+    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`, and
+    `.fingerprint()`: what its pairs depend on, without reading them).
     reverse: translate target -> source (English -> German on Ding).
     valid_size / test_size: pairs held out of train (seeded) for splits the corpus does not provide.
     vocab_size: joint byte-level BPE over both languages of the training split.
@@ -172,7 +265,8 @@ class ParallelDataModule(L.LightningDataModule):
     epoch's last batch may hold fewer.
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
-    Held-out batches keep the split's order, so the first val_bleu_batches are a fair sample of it.
+    Held-out batches keep the split's order; the task decodes the pairs whose index is below its
+    val_bleu_sentences, a seeded random sample of the split when it was cut from train.
     eval_batches: validation/test batches to use, the first ones in that order (null: all).
     """
 
@@ -223,70 +317,51 @@ class ParallelDataModule(L.LightningDataModule):
                                 "that occurs in an earlier split; give held-out pairs that differ from the training data")
         return kept
 
-    def _prepared_dir(self, report: DataReport) -> Path:
-        loaded = self.corpus.load(self.cache_dir, report)
-        key = f"v2|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|{self.eval_overlap}"
-        h = hashlib.sha256(key.encode())
-        for split in sorted(loaded):
-            for s, t, w in loaded[split]:
-                h.update(f"{split}\0{s}\0{t}\0{w}\0".encode())
-        self._loaded = loaded
-        return self.cache_dir / "parallel" / h.hexdigest()[:16]
+    def _prepared_dir(self) -> Path:
+        """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
+        key = (f"v3|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
+               f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
+        return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def prepare_data(self) -> None:
-        report = DataReport("translation")
-        out = self._prepared_dir(report)
-        if (out / "splits.json").exists():
+        """Read the corpus, split it, train the tokenizer and write every split as token ids (write_split) into
+        a cache directory named by the corpus fingerprint and the settings. Reading holds the text for a moment,
+        once; a warm cache reads nothing but the ids."""
+        out = self._prepared_dir()
+        if (out / "meta.json").exists():
             return
-        splits = self._split(self._loaded, report)
+        report = DataReport("translation")
+        loaded = self.corpus.load(self.cache_dir, report)
+        splits = self._split(loaded, report)
+        del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
         texts = (normalize_sentence(text) for s, t, _ in splits["train"] for text in (s, t))
-        load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
+        tokenizer = load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
+        if [tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
+            raise DataError(f"the tokenizer lacks the pad/bos/eos specials as ids 0, 1, 2; delete {tmp}")
+        dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+        meta = {"dtype": np.dtype(dtype).name, "splits": {}}
+        for split in ("train", "valid", "test"):
+            meta["splits"][split] = write_split(tmp, split, splits.pop(split), tokenizer, self.max_tokens, report)
         (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
-        (tmp / "splits.json").write_text(json.dumps(splits, ensure_ascii=False))  # written last: marks it complete
-        publish_dir(tmp, out, "splits.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
+        (tmp / "meta.json").write_text(json.dumps(meta))  # written last: marks it complete
+        publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
-        out = self._prepared_dir(DataReport())
-        if not (out / "splits.json").exists():
+        out = self._prepared_dir()
+        if not (out / "meta.json").exists():
             self.prepare_data()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
-        if [self.tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
-            raise DataError(f"cached tokenizer {out / 'tokenizer.json'} lacks the pad/bos/eos specials; delete {out}")
-        splits = json.loads((out / "splits.json").read_text(encoding="utf-8"))
+        meta = json.loads((out / "meta.json").read_text())
+        self.datasets = {split: PairDataset(out, split, meta["dtype"], hold_texts=split != "train")
+                         for split in ("train", "valid", "test")}
+        self.dropped_long = meta["splits"]["train"]["dropped_long"]
         report = DataReport.from_dict(json.loads((out / "report.json").read_text(encoding="utf-8")))
-        n = self.max_tokens
-        for split, rows in splits.items():
-            pairs, where = [(s, t) for s, t, _ in rows], [w for _, _, w in rows]
-            src = [ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(s) for s, _ in pairs])]
-            tgt = [[1] + ids + [2] for ids in self.tokenizer.encode_batch([normalize_sentence(t) for _, t in pairs])]
-            if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
-                keep = [i for i in range(len(pairs)) if len(src[i]) <= n and len(tgt[i]) <= n + 1]
-                for i in sorted(set(range(len(pairs))) - set(keep)):
-                    report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where[i])
-                self.dropped_long = len(pairs) - len(keep)
-                if not keep:
-                    raise DataError(f"nothing is left to train on: all {len(pairs)} training pairs are longer than "
-                                    f"data.max_tokens={n} tokens; raise it (and model.max_seq_len)")
-                pairs, src, tgt = [pairs[i] for i in keep], [src[i] for i in keep], [tgt[i] for i in keep]
-            else:
-                for i in range(len(pairs)):
-                    if len(src[i]) > n:
-                        report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
-                                    "reference is untouched)", where[i])
-                    if len(tgt[i]) > n:
-                        report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
-                                    "loss only (BLEU scores the whole reference)", where[i])
-                src = [s if len(s) <= n else s[: n - 1] + [2] for s in src]
-                tgt = [t[:n] + ([] if len(t) <= n else [2]) for t in tgt]
-            self.datasets[split] = PairDataset(pairs, src, tgt)
-            report.split(split, pairs=len(pairs), source_characters=sum(len(s) for s, _ in pairs),
-                         target_characters=sum(len(t) for _, t in pairs))
         self.report = report.to_dict()
         report.log()
 
@@ -299,9 +374,11 @@ class ParallelDataModule(L.LightningDataModule):
         return {"corpus": self.corpus.name, "reverse": self.reverse}
 
     def collate(self, rows) -> dict:
-        pairs, src, tgt = zip(*rows)
-        return {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0),
-                "source_text": [p[0] for p in pairs], "reference_text": [p[1] for p in pairs]}
+        texts, src, tgt, index = zip(*rows)
+        batch = {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0), "index": torch.tensor(index)}
+        if texts[0] is not None:  # held-out splits: the strings BLEU is computed on
+            batch["source_text"], batch["reference_text"] = [p[0] for p in texts], [p[1] for p in texts]
+        return batch
 
     shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
@@ -311,7 +388,7 @@ class ParallelDataModule(L.LightningDataModule):
         data, t = self.datasets["train"], self.trainer
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
         by_tokens = self.batch_tokens is not None
-        lengths = [len(s) + len(g) for s, g in zip(data.source_ids, data.target_ids)] if by_tokens else [0] * len(data)
+        lengths = data.lengths if by_tokens else [0] * len(data)  # equal lengths: random batches of batch_size
         budget = per_device_batch(self.batch_tokens, t, "data.batch_tokens") if by_tokens else None
         sampler = BucketBatchSampler(lengths, per_device_batch(self.batch_size, t), True, self.seed, rank=rank,
                                      world=world, max_tokens=budget)

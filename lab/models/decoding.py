@@ -5,6 +5,8 @@ from collections.abc import Callable
 
 import torch
 
+from lab.errors import LabError
+
 
 def sample_next(
     logits: torch.Tensor,  # [B, V], last position
@@ -85,6 +87,19 @@ def _max_lengths(src_mask: torch.Tensor, max_len_ratio: float, max_len_offset: i
     return (src_mask.sum(1) * max_len_ratio).long().add(max_len_offset).clamp(1, model_max - 1)
 
 
+def ban_repeated_ngrams(scores: torch.Tensor, generated: torch.Tensor, n: int) -> None:
+    """In place: -inf for every token that would complete an n-gram already in its row of `generated`
+    (fairseq's --no-repeat-ngram-size). scores [N, V]; generated [N, t] tokens so far, without bos."""
+    t = generated.shape[1]
+    if n <= 0 or t < n - 1:
+        return
+    for r, row in enumerate(generated.tolist()):
+        prefix = row[t - n + 1 :]  # the n - 1 last tokens: what a new token would extend
+        banned = [row[i + n - 1] for i in range(t - n + 1) if row[i : i + n - 1] == prefix]
+        if banned:
+            scores[r, banned] = float("-inf")
+
+
 def _strip(row: list[int], eos_id: int) -> list[int]:
     return row[: row.index(eos_id)] if eos_id in row else row
 
@@ -93,8 +108,10 @@ def _strip(row: list[int], eos_id: int) -> list[int]:
 def greedy_translate(
     model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True,
     max_positions: int | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[int]]:
     """Most likely next token each step, all sentences of the batch at once; -> token ids without bos/eos.
+    no_repeat_ngram n > 0: a token that would repeat an n-gram already in the output is never chosen.
 
     model: `encode(src) -> (memory, src_mask)`, `decode(tgt, memory, src_mask, caches, memory_caches)`,
     `new_caches(batch, src_len, max_len)`, bos_id, eos_id, max_seq_len (lab.models.seq2seq.EncoderDecoder).
@@ -109,6 +126,7 @@ def greedy_translate(
     for step in range(1, int(max_lens.max()) + 1):
         inputs = tokens[:, -1:] if use_cache else tokens
         logits = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1]  # [B, V]
+        ban_repeated_ngrams(logits, tokens[:, 1:], no_repeat_ngram)
         next_id = sample_next(logits, temperature=0)  # [B, 1]
         next_id = next_id.masked_fill((step >= max_lens)[:, None], model.eos_id)  # out of room: end here
         next_id = next_id.masked_fill(finished[:, None], model.eos_id)
@@ -129,9 +147,29 @@ def beam_search(
     max_len_offset: int = 10,
     use_cache: bool = True,
     max_positions: int | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[int]]:
     """Batched beam search over every sentence of src at once; -> the best hypothesis per sentence (ids
-    without bos/eos). Same model interface and max_positions as greedy_translate.
+    without bos/eos). Same model interface and max_positions as greedy_translate; the search is beam_hypotheses'."""
+    found = beam_hypotheses(model, src, beam_size, length_penalty, max_len_ratio, max_len_offset, use_cache,
+                            max_positions, no_repeat_ngram)
+    return [hyps[0][0] if hyps else [] for hyps in found]
+
+
+@torch.inference_mode()
+def beam_hypotheses(
+    model,
+    src: torch.Tensor,  # [B, S]
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    max_len_ratio: float = 1.5,
+    max_len_offset: int = 10,
+    use_cache: bool = True,
+    max_positions: int | None = None,
+    no_repeat_ngram: int = 0,
+) -> list[list[tuple[list[int], float]]]:
+    """Batched beam search; -> per sentence its finished hypotheses (at most beam_size), best first, as
+    (ids without bos/eos, score). The n-best list of fairseq's --nbest is the first n of them.
 
     Hypotheses are ranked by sum log p / length ** length_penalty (length counts eos; a hypothesis cut at its
     maximum length ends with eos at the model's eos probability, not a free one). Each step keeps the
@@ -140,6 +178,7 @@ def beam_search(
     stop) or reaches its maximum length, and leaves the batch; the batch stops when every sentence has.
     The encoder runs once per sentence; the first step also runs once per sentence (every beam starts from
     the same bos), which fills the cross-attention caches, and only then are rows expanded to k beams.
+    no_repeat_ngram n > 0: expansions that would repeat an n-gram of their hypothesis are excluded.
     """
     memory, src_mask = model.encode(src)
     B, S = src.shape
@@ -150,11 +189,12 @@ def beam_search(
     sentence = torch.arange(B, device=src.device)  # original index of each live sentence
     tokens = torch.full((B, 1), model.bos_id, dtype=torch.long, device=src.device)  # [N = live * beams, t]
     scores = torch.zeros(B, 1, device=src.device)  # [live, beams] cumulative log-probabilities
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    finished: list[list[tuple[list[int], float]]] = [[] for _ in range(B)]  # per sentence: (ids, score)
     while True:
         beams = scores.shape[1]
         inputs = tokens[:, -1:] if use_cache else tokens
         logp = model.decode(inputs, memory, src_mask, caches, memory_caches)[:, -1].float().log_softmax(-1)  # [N, V]
+        ban_repeated_ngrams(logp, tokens[:, 1:], no_repeat_ngram)
         V = logp.shape[-1]
         step = tokens.shape[1]  # tokens generated once this step's token is appended (eos included)
         at_limit = step >= max_lens  # [live]
@@ -170,7 +210,7 @@ def beam_search(
             s = int(sentence[b])
             if len(finished[s]) < K:
                 row = b * beams + int(parent[b, j])
-                finished[s].append((float(top_scores[b, j]) / step**length_penalty, tokens[row, 1:].tolist()))
+                finished[s].append((tokens[row, 1:].tolist(), float(top_scores[b, j]) / step**length_penalty))
         live = ~at_limit & torch.tensor([len(finished[s]) < K for s in sentence.tolist()], device=src.device)
         if not bool(live.any()):
             break
@@ -192,11 +232,19 @@ def beam_search(
                 for c in memory_caches:
                     c.reorder(rows)
         sentence, max_lens = sentence[live], max_lens[live]
-    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+    return [sorted(hyps, key=lambda h: h[1], reverse=True) for hyps in finished]  # stable: ties keep finishing order
 
 
-def translate_ids(model, src: torch.Tensor, beam_size: int = 5, **settings) -> list[list[int]]:
-    """Greedy for beam_size 1, else beam search; settings as those functions take them."""
+def translate_ids(model, src: torch.Tensor, beam_size: int = 5, n_best: int | None = None, **settings):
+    """Greedy for beam_size 1, else beam search; settings as those functions take them (length_penalty,
+    max_len_ratio, max_len_offset, use_cache, no_repeat_ngram). -> ids per sentence; with n_best: per
+    sentence a list of its n best (ids, length-normalised score), best first (beam search, n_best <= beam_size;
+    beam_size 1 is then the greedy hypothesis with its score)."""
+    if n_best is not None:
+        if not 1 <= n_best <= beam_size:
+            raise LabError(f"n_best={n_best} needs 1 <= n_best <= beam_size (beam_size={beam_size}): beam search "
+                           "keeps beam_size hypotheses; raise beam_size")
+        return [hyps[:n_best] for hyps in beam_hypotheses(model, src, beam_size, **settings)]
     if beam_size == 1:
         settings.pop("length_penalty", None)  # greedy has no length normalisation
         return greedy_translate(model, src, **settings)

@@ -50,5 +50,5 @@ def last_checkpoints(run_dir: Path, n: int) -> list[Path]:
             found.append((int(m.group(1)), p))
     if len(found) < n:
         raise LabError(f"{run_dir}/checkpoints has {len(found)} step checkpoints, fewer than the {n} to average; "
-                       "keep more (callbacks.checkpoint.save_top_k=-1 or every_n_train_steps) or pass files")
+                       "keep one per validation (callbacks.checkpoint.save_top_k=-1) or pass files")
     return [p for _, p in sorted(found)[-n:]]

@@ -1,7 +1,9 @@
-"""Re-run a checkpoint's test evaluation with the data and task settings it was trained with."""
+"""Re-run a checkpoint's test evaluation with the data and task settings it was trained with, and compare a
+translator with another checkpoint or a system output file by sacreBLEU's paired bootstrap."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -10,7 +12,8 @@ from lab.errors import LabError
 log = logging.getLogger("lab")
 
 
-def evaluate(cfg: DictConfig) -> dict[str, float]:
+def _test(ckpt_path: str, cfg: DictConfig):
+    """-> (test metrics, the task after its test pass) of one checkpoint."""
     import lightning as L  # noqa: PLC0415
     from hydra.utils import instantiate  # noqa: PLC0415
 
@@ -21,8 +24,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     single_console()  # no third-party adverts
     device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
-    ckpt = read_checkpoint(cfg.ckpt_path)
-    meta = lab_metadata(ckpt, cfg.ckpt_path)
+    ckpt = read_checkpoint(ckpt_path)
+    meta = lab_metadata(ckpt, ckpt_path)
     saved = OmegaConf.create(meta["config"])
     if "cache_dir" in saved.get("data", {}):  # this machine's cache, never a directory named by the file
         if saved.data.cache_dir != cfg.paths.cache_dir:
@@ -35,10 +38,87 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if datamodule.vocab != meta["vocab"]:
         raise LabError(f"the data now gives vocabulary {datamodule.vocab}, but the checkpoint was trained with "
                        f"{meta['vocab']}; evaluate with the data settings the run used")
+    split = cfg.get("split", "test")
+    if split not in ("test", "valid"):
+        raise LabError(f"split={split!r}: evaluate the test or the valid split")
+    if split == "valid":  # e.g. to tune the length penalty on held-out data, not on the test split
+        datamodule.test_dataloader = datamodule.val_dataloader
+        print(f"evaluating {ckpt_path} on the validation split (the metrics below are named test/*)")
     task = instantiate(run_cfg.task, model=build_model(run_cfg.model, meta["vocab"]))
     task.lab_metadata = meta
-    task.load_state_dict(ckpt["state_dict"])
+    task.load_state_dict(ckpt["state_dict"])  # with callbacks=ema: the averaged weights
     trainer = L.Trainer(accelerator=device.type, devices=1, logger=False, enable_checkpointing=False,
                         enable_model_summary=False, precision=run_cfg.trainer.get("precision", "32-true"))
     results = trainer.test(task, datamodule=datamodule)
-    return {k: float(v) for k, v in (results[0] if results else {}).items()}
+    return {k: float(v) for k, v in (results[0] if results else {}).items()}, task
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    metrics, task = _test(cfg.ckpt_path, cfg)
+    if cfg.get("outputs_dir"):
+        write_outputs(task, Path(str(cfg.outputs_dir)).expanduser())
+    if cfg.get("compare_to"):
+        print(compare(task, str(cfg.ckpt_path), str(cfg.compare_to), cfg, int(cfg.get("bootstrap_samples", 1000))))
+    return metrics
+
+
+def write_outputs(task, directory: Path) -> None:
+    """test.source / test.reference / test.hypothesis: one sentence a line, in the test split's order (what
+    another system translates to be compared with compare_to=)."""
+    outputs = getattr(task, "test_outputs", None)
+    if not outputs:
+        raise LabError("outputs_dir writes a translator's test sentences; this checkpoint has none")
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, column in zip(("source", "reference", "hypothesis"), zip(*outputs)):
+        (directory / f"test.{name}").write_text("".join(line + "\n" for line in column), encoding="utf-8")
+    print(f"wrote {len(outputs)} test sentences to {directory}/test.source, test.reference, test.hypothesis")
+
+
+def _other_hypotheses(other: str, sources: list[str], cfg: DictConfig) -> list[str]:
+    """The hypotheses of compare_to: a checkpoint's test pass (on the same test split), or a text file with
+    one hypothesis per line in the test split's order."""
+    from lab.runtime.checkpoints import is_sharded_checkpoint  # noqa: PLC0415
+
+    path = Path(other).expanduser()
+    if path.suffix == ".ckpt" or is_sharded_checkpoint(path):
+        _, task = _test(other, cfg)
+        if [s for s, _, _ in task.test_outputs] != sources:
+            raise LabError(f"compare_to={other} was tested on another test split than ckpt_path; compare checkpoints "
+                           "trained on the same data")
+        return [h for _, _, h in task.test_outputs]
+    if not path.is_file():
+        raise LabError(f"compare_to={other} does not exist; give a checkpoint (.ckpt) or a file with one hypothesis "
+                       "per line, in the order of the test split")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise LabError(f"compare_to={other} is not valid UTF-8 text ({e}); give one hypothesis per line") from e
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if len(lines) != len(sources):
+        raise LabError(f"compare_to={other} has {len(lines)} lines, but the test split has {len(sources)} sentences; "
+                       "give one hypothesis per test sentence, in the test split's order")
+    return [line.rstrip("\r") for line in lines]
+
+
+def compare(task, this: str, other: str, cfg: DictConfig, samples: int = 1000) -> str:
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004) of BLEU and chrF, this checkpoint as the baseline,
+    with sacreBLEU's signatures. -> the lines to print."""
+    from sacrebleu.metrics import BLEU, CHRF  # noqa: PLC0415
+    from sacrebleu.significance import PairedTest  # noqa: PLC0415
+
+    outputs = getattr(task, "test_outputs", None)
+    if not outputs:
+        raise LabError(f"compare_to compares translations; {this} is not a translator checkpoint (no test outputs)")
+    sources, refs, hyps = map(list, zip(*outputs))
+    other_hyps = _other_hypotheses(other, sources, cfg)
+    signatures, results = PairedTest([("ckpt_path", hyps), ("compare_to", other_hyps)],
+                                     {"BLEU": BLEU(tokenize="13a"), "chrF": CHRF()}, [refs], test_type="bs",
+                                     n_samples=samples)()
+    lines = [f"paired bootstrap resampling (sacreBLEU), {len(refs)} test sentences, baseline ckpt_path={this}, "
+             f"compare_to={other}:"]
+    for name, (base, system) in ((k, v) for k, v in results.items() if k != "System"):
+        lines.append(f"  {name}: ckpt_path {base.score:.2f} (mean {base.mean:.2f} ± {base.ci:.2f}), compare_to "
+                     f"{system.score:.2f} (mean {system.mean:.2f} ± {system.ci:.2f}), p = {system.p_value:.4f}")
+    lines += [f"  {name}|{signature}" for name, signature in signatures.items()]
+    return "\n".join(lines)

@@ -50,6 +50,8 @@ SETTINGS: dict[str, tuple[type, Callable[[Any], bool], str, bool]] = {
     "max_len_ratio": (float, lambda v: v > 0, "a number > 0", False),
     "max_len_offset": (int, lambda v: v >= 0, "an integer >= 0", False),
     "batch_size": (int, lambda v: v >= 1, "an integer >= 1", False),
+    "n_best": (int, lambda v: v >= 1, "an integer from 1 to beam_size, or null for the best translation only", True),
+    "no_repeat_ngram": (int, lambda v: v >= 0, "an integer >= 0 (0 = off)", False),
 }
 
 
@@ -189,7 +191,8 @@ def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_si
                     advance: Callable[[int], None] = lambda n: None, **settings) -> list[str]:
     """Sentences -> translations, batch_size at a time (sorted by length so batches carry little padding);
     sources longer than max_tokens (the trained length, </s> included) are truncated, said in one line, and
-    translations use at most max_tokens decoder positions, as in training."""
+    translations use at most max_tokens decoder positions, as in training. With settings n_best=N, each line
+    holds the N best translations with their length-normalised scores, tab-separated: score, text, score, text."""
     from lab.data.batching import pad_batch  # noqa: PLC0415
     from lab.models.decoding import translate_ids  # noqa: PLC0415
 
@@ -204,7 +207,8 @@ def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_si
         src = pad_batch([ids[i] for i in chunk], model.pad_id).to(device)
         hyps = translate_ids(model, src, beam_size, max_positions=max_tokens, **settings)  # trained target length
         for i, hyp in zip(chunk, hyps):
-            out[i] = tokenizer.decode(hyp)
+            out[i] = ("\t".join(f"{score:.4f}\t{tokenizer.decode(h)}" for h, score in hyp)
+                      if settings.get("n_best") else tokenizer.decode(hyp))
         advance(len(chunk))
     return out
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from lab.errors import LabError
 from lab.models.decoding import translate_ids
 from lab.tasks.base import Task
 
@@ -32,19 +33,32 @@ class TranslationTask(Task):
     per target token), perplexity, and BLEU/chrF of decoded sentences; the test split is decoded with
     test_decoding (beam search) and prints sacreBLEU's signature with the score.
 
-    val_decoding / test_decoding: {beam_size, length_penalty, max_len_ratio, max_len_offset}; beam_size 1 is
-    greedy. val_bleu_batches: validation batches that are also decoded (null: all); decoding dominates a CPU
-    validation. num_examples: source / reference / hypothesis rows logged each validation.
+    val_decoding / test_decoding: {beam_size, length_penalty, max_len_ratio, max_len_offset, no_repeat_ngram};
+    beam_size 1 is greedy. val_bleu_sentences: the first N sentences of the validation split (by their index in
+    the split, whatever the batch size or device count) are decoded each validation for val/bleu and val/chrf,
+    the same N every time, so `optimized_metric=val/bleu optimized_mode=max` picks the best checkpoint by a
+    comparable score; null: all. Decoding dominates a CPU validation. num_examples: source / reference /
+    hypothesis rows logged each validation. test_outputs: (source, reference, hypothesis) of the last test,
+    in split order (lab.eval compares them with another system's). val_bleu_batches: the older setting, read
+    from older checkpoints' configs and ignored (said in one line).
     """
 
     def __init__(self, model, optimizer, scheduler=None, label_smoothing: float = 0.1, val_decoding: dict | None = None,
-                 test_decoding: dict | None = None, val_bleu_batches: int | None = 2, num_examples: int = 5):
+                 test_decoding: dict | None = None, val_bleu_sentences: int | None = 200, num_examples: int = 5,
+                 val_bleu_batches: int | None = None):
         super().__init__(model, optimizer, scheduler)
+        if val_bleu_batches is not None:  # the setting of older lab versions, still in their checkpoints' configs
+            log.warning("task.val_bleu_batches=%s is no longer used: task.val_bleu_sentences=%s validation sentences are "
+                        "decoded (the same ones at every validation)", val_bleu_batches, val_bleu_sentences)
+        if val_bleu_sentences is not None and val_bleu_sentences < 0:
+            raise LabError(f"task.val_bleu_sentences={val_bleu_sentences}: give the number of validation sentences to "
+                           "decode (0: none), or null for all")
         self.label_smoothing = label_smoothing
         self.val_decoding, self.test_decoding = dict(val_decoding or {"beam_size": 1}), dict(test_decoding or {"beam_size": 5})
-        self.val_bleu_batches, self.num_examples = val_bleu_batches, num_examples
+        self.val_bleu_sentences, self.num_examples = val_bleu_sentences, num_examples
         self.val_loss = MeanMetric()
-        self.outputs: list[tuple[str, str, str]] = []  # (source, reference, hypothesis) of this evaluation
+        self.outputs: list[tuple[int, str, str, str]] = []  # (index, source, reference, hypothesis) of this evaluation
+        self.test_outputs: list[tuple[str, str, str]] = []
 
     def _loss(self, batch, smoothing: float) -> torch.Tensor:
         tgt = batch["target"]  # [B, T]: bos y1 .. yn eos pad..
@@ -63,28 +77,43 @@ class TranslationTask(Task):
     def sequence_length(self, batch) -> int:
         return int(batch["target"].shape[-1])
 
-    def _eval_step(self, batch, batch_idx: int, decoding: dict, decode: bool) -> None:
+    def on_fit_start(self) -> None:
+        monitor = getattr(self.trainer.checkpoint_callback, "monitor", None)
+        if monitor in ("val/bleu", "val/chrf") and self.val_bleu_sentences == 0:
+            raise LabError(f"the best checkpoint is chosen by {monitor}, but task.val_bleu_sentences=0 decodes no "
+                           "validation sentence; set it (e.g. 200) or optimized_metric=val/loss")
+        n = "all" if self.val_bleu_sentences is None else f"the first {self.val_bleu_sentences}"
+        log.info("val/bleu, val/chrf: %s validation sentences, decoded with %s at every validation", n, self.val_decoding)
+
+    def _eval_step(self, batch, decoding: dict, rows: torch.Tensor) -> None:
+        """Loss over the whole batch; the rows marked in `rows` [B] (bool) are decoded too."""
         n_tokens = (batch["target"][:, 1:] != self.model.pad_id).sum()
         self.val_loss.update(self._loss(batch, 0.0), weight=n_tokens)
-        if decode:
+        if bool(rows.any()):
             tok = self.trainer.datamodule.tokenizer
-            hyps = [tok.decode(ids) for ids in translate_ids(self.model, batch["source"], **decoding)]
-            self.outputs += zip(batch["source_text"], batch["reference_text"], hyps)
+            hyps = [tok.decode(ids) for ids in translate_ids(self.model, batch["source"][rows], **decoding)]
+            keep = rows.tolist()
+            picked = [[x for x, k in zip(column, keep) if k] for column in
+                      (batch["index"].tolist(), batch["source_text"], batch["reference_text"])]
+            self.outputs += zip(*picked, hyps)
 
     def validation_step(self, batch, batch_idx):
-        decode = self.val_bleu_batches is None or batch_idx < self.val_bleu_batches
-        self._eval_step(batch, batch_idx, self.val_decoding, decode and not self.trainer.sanity_checking)
+        n = self.val_bleu_sentences
+        rows = batch["index"] < n if n is not None else torch.ones_like(batch["index"], dtype=torch.bool)
+        self._eval_step(batch, self.val_decoding, rows & (not self.trainer.sanity_checking))
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch, batch_idx, self.test_decoding, True)
+        self._eval_step(batch, self.test_decoding, torch.ones_like(batch["index"], dtype=torch.bool))
 
     def _gathered_outputs(self) -> list[tuple[str, str, str]]:
+        """(source, reference, hypothesis) of every process, in split order."""
         outputs, self.outputs = self.outputs, []
-        if self.trainer.world_size == 1:
-            return outputs
-        parts: list = [None] * self.trainer.world_size
-        torch.distributed.all_gather_object(parts, outputs)  # corpus BLEU needs every sentence in one place
-        return [row for part in parts for row in part]
+        if self.trainer.world_size > 1:
+            parts: list = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(parts, outputs)  # corpus BLEU needs every sentence in one place
+            outputs = [row for part in parts for row in part]
+        by_index = {row[0]: row[1:] for row in outputs}  # a distributed sampler pads with repeated rows
+        return [by_index[i] for i in sorted(by_index)]
 
     def _log_eval(self, stage: str) -> tuple | None:
         loss = self.val_loss.compute()  # synced across processes by torchmetrics
@@ -92,6 +121,8 @@ class TranslationTask(Task):
         metrics = {f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss)}
         outputs = self._gathered_outputs()
         scores = None
+        if stage == "test":
+            self.test_outputs = outputs
         if outputs:
             _sources, refs, hyps = map(list, zip(*outputs))
             scores = corpus_scores(hyps, refs)
