@@ -165,3 +165,46 @@ def test_every_cpu_experiment_accepts_the_cpu_strategies(compose, experiment, tr
     cfg = compose([f"+experiment={experiment}", f"trainer={trainer}"])
     check_trainer(cfg)
     assert cfg.data.batch_size % cfg.trainer.devices == 0, "global batch must split over the 2 processes"
+
+
+FSDP2_BF16_DECODING = """
+import os, torch, torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from lab.models.decoding import generate
+from lab.models.gpt import GPT
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+model = GPT(vocab_size=50, n_layers=2, n_heads=2, d_model=32, max_seq_len=32, positions="rotary", init_std=0.3).eval()
+policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+for block in model.decoder.layers:  # as lab.runtime.trainer.FSDP2Strategy shards: each block, then the root
+    fully_shard(block, mp_policy=policy)
+fully_shard(model, mp_policy=policy)
+prompt = torch.tensor([[3, 1, 4, 1, 5]])
+with torch.no_grad():
+    cached = generate(model, prompt, 8, temperature=0.0)
+    ids = prompt  # the same greedy continuation, recomputed from the whole prefix at every step (no cache)
+    for _ in range(8):
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+print("CACHED", cached.tolist(), "RECOMPUTED", ids.tolist())
+dist.destroy_process_group()
+"""
+
+
+def test_cached_decoding_under_fsdp2_bf16_parameters_equals_recomputation(tmp_path):
+    """FSDP2 with param_dtype=bfloat16 computes blocks in bf16 while the stored parameters stay float32:
+    the KV cache must hold what the layer computes (a float32 cache met bf16 queries: SDPA refused, which
+    stopped gpt2_small_gpu's first validation under trainer=fsdp on the H100)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**__import__("os").environ, "PORT": str(port), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", FSDP2_BF16_DECODING], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.strip().splitlines()[-1]
+    cached, recomputed = line.removeprefix("CACHED ").split(" RECOMPUTED ")
+    assert cached == recomputed

@@ -31,7 +31,7 @@ def sample_next(
     return torch.multinomial(logits.softmax(-1), 1, generator=generator)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: FSDP2-sharded models cannot run on inference tensors
 def generate(
     model: Callable,
     ids: torch.Tensor,  # [B, T0] prompt
@@ -104,7 +104,7 @@ def _strip(row: list[int], eos_id: int) -> list[int]:
     return row[: row.index(eos_id)] if eos_id in row else row
 
 
-@torch.inference_mode()
+@torch.no_grad()
 def greedy_translate(
     model, src: torch.Tensor, max_len_ratio: float = 1.5, max_len_offset: int = 10, use_cache: bool = True,
     max_positions: int | None = None,
@@ -137,7 +137,7 @@ def greedy_translate(
     return [_strip(row[1:], model.eos_id) for row in tokens.tolist()]
 
 
-@torch.inference_mode()
+@torch.no_grad()
 def beam_search(
     model,
     src: torch.Tensor,  # [B, S]
@@ -156,7 +156,7 @@ def beam_search(
     return [hyps[0][0] if hyps else [] for hyps in found]
 
 
-@torch.inference_mode()
+@torch.no_grad()
 def beam_hypotheses(
     model,
     src: torch.Tensor,  # [B, S]

@@ -28,10 +28,14 @@ class KVCache:
         return self.k.shape[2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v: [B, H, T, hd] -> all keys/values so far, [B, H, length, hd]."""
+        """k, v: [B, H, T, hd] -> all keys/values so far, [B, H, length, hd], in k's dtype."""
         start, end = self.length, self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
+        if k.dtype != self.k.dtype:
+            # the layer computes in another dtype than its stored parameters (FSDP2's param_dtype, autocast):
+            # keep what it computes, or attention would meet queries and keys of two dtypes
+            self.k, self.v = self.k.to(k.dtype), self.v.to(k.dtype)
         # narrow().copy_() rather than slice assignment: decoding is bound by per-call overhead
         self.k.narrow(2, start, end - start).copy_(k)
         self.v.narrow(2, start, end - start).copy_(v)
