@@ -40,6 +40,7 @@ from lab.nn.params import count_parameters
 from lab.runtime.callbacks.throughput import peak_flops
 
 B, T, D = 12, 256, 384
+CPU = torch.device("cpu")
 LAYOUTS = [(8, 2, 768), (64, 8, 192), (128, 8, 96)]  # (experts, top_k, expert width)
 
 
@@ -131,7 +132,7 @@ def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_cou
 
 
 def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, steps: int,
-                            clock=time.perf_counter, device=torch.device("cpu"), step=None) -> float:
+                            clock=time.perf_counter, device=CPU, step=None) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, vocab, (batch, seq + 1), device=device)
     step = model if step is None else step

@@ -13,7 +13,8 @@ from pathlib import Path
 
 
 def summarize(run: Path) -> str:
-    rows = list(csv.DictReader(open(run / "csv" / "metrics.csv")))
+    with open(run / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
     col = lambda key: [float(r[key]) for r in rows if r.get(key)]  # noqa: E731
     parts = [str(run)]
     for key in ("perf/tokens_per_s", "perf/mfu"):
