@@ -6,6 +6,7 @@
 #   aux_free_sigmoid   the same with sigmoid gates (DeepSeek-V3's router)
 #   none          neither (the control: how unbalanced routing gets on its own)
 # Usage: bash experiments/moe_ablation/balancing.sh [seed ...]   (default 1 2 3); ends with lab.report.
+#        VARIANTS="aux_loss aux_free" bash experiments/moe_ablation/balancing.sh 2 3     (a subset)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
@@ -17,7 +18,7 @@ declare -A VARIANTS=(
   [aux_free_sigmoid]="model.moe.load_balance_weight=0 model.moe.bias_update_rate=0.001 model.moe.gate=sigmoid"
   [none]="model.moe.load_balance_weight=0"
 )
-ORDER=(aux_loss aux_free aux_free_sigmoid none)
+read -r -a ORDER <<< "${VARIANTS:-aux_loss aux_free aux_free_sigmoid none}"
 SEEDS=("$@"); [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(1 2 3)
 for seed in "${SEEDS[@]}"; do
   for label in "${ORDER[@]}"; do
@@ -26,5 +27,5 @@ for seed in "${SEEDS[@]}"; do
       logger.wandb.mode=disabled callbacks.progress=null ${VARIANTS[$label]}
   done
 done
-$PY -m lab.report "$RUNS"/moe_balancing/aux_loss/seed*/* $(ls -d "$RUNS"/moe_balancing/*/seed*/*/ | grep -v /aux_loss/) \
+[ -n "${NO_REPORT:-}" ] || $PY -m lab.report "$RUNS"/moe_balancing/aux_loss/seed*/* $(ls -d "$RUNS"/moe_balancing/*/seed*/*/ | grep -v /aux_loss/) \
   --out "$RUNS/moe_balancing" --metric val/loss
