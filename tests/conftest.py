@@ -11,6 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# The warm corpus cache, named explicitly for subprocesses: a test that gives a run its own HOME (no W&B
+# credentials) would otherwise fetch and tokenize every corpus again into that HOME's empty ~/.cache/lab.
+CACHE_DIR = os.environ.get("LAB_CACHE_DIR") or str(Path.home() / ".cache" / "lab")
 
 # A small, fast slice of the real corpus: 4 plays for training, 1 held out, character level.
 TINY_LM = [
@@ -28,7 +31,8 @@ TINY_LM = [
 
 def run_module(module: str, args: list[str], runs_dir: Path, timeout: int = 300, env: dict | None = None):
     """python -m <module> <args> in a subprocess with runs under runs_dir; returns CompletedProcess."""
-    full_env = {**os.environ, "LAB_RUNS_DIR": str(runs_dir), "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "LAB_RUNS_DIR": str(runs_dir), "LAB_CACHE_DIR": CACHE_DIR, "PYTHONUNBUFFERED": "1",
+                **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -65,3 +69,25 @@ def compose():
             return hydra_compose(config_name, overrides=overrides, return_hydra_config=True)
 
     return _compose
+
+
+# ---- running on several pytest-xdist workers (`make test`: -n 2 --dist loadgroup) ----
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(items):
+    """Two things that keep a parallel run short, and a sequential one unchanged in what it runs:
+    1. Tests that share a module- or session-scoped fixture of their test module (a training run, a sweep)
+       form one xdist group, so one worker builds it once instead of every worker building it; a test that
+       names its own group keeps it (tests/test_inference_cli.py: one group per trained task).
+    2. Modules with slow tests run first (each module's tests stay together and in order), so the run does
+       not end with one worker busy on a long test while the other waits."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") or not hasattr(item, "_fixtureinfo"):
+            continue
+        module = item.nodeid.split("::")[0]
+        shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                        if defs[-1].scope in ("module", "session") and defs[-1].baseid == module)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{Path(item.path).stem}:{shared[0]}"))
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)  # stable: order within a module is kept

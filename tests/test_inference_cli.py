@@ -62,6 +62,12 @@ def trained(tmp_path_factory):
     return get
 
 
+def on(name: str):
+    """The mark that keeps every test of one trained task on one xdist worker: `trained` runs once per worker,
+    so the task trains once per test run (the four tasks still spread over the workers)."""
+    return pytest.mark.xdist_group(f"inference_cli-{name}")
+
+
 def cli(module: str, args: list[str], stdin: str = "", timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, input=stdin, capture_output=True,
@@ -132,7 +138,7 @@ def reference(name: str, t: Trained, text: str) -> str:
 # ---- any text in ----
 
 def _case(name: str, key: str, default: bool):
-    marks = () if default else (pytest.mark.slow,)
+    marks = (on(name),) if default else (on(name), pytest.mark.slow)
     return pytest.param(name, key, marks=marks, id=f"{ENTRY[name]}-{key}")
 
 
@@ -160,9 +166,9 @@ LINES = ["a gorgeous, moving film", "", "   ", "it's [PAD] </s> the \"worst\" [M
 
 
 @pytest.mark.parametrize(("name", "source"), [
-    *[(name, "stdin_no_final_newline") for name in RUNS],
-    ("classifier", "file_final_newline"),
-    *[pytest.param(name, "file_final_newline", marks=pytest.mark.slow) for name in ("mlm", "translator", "lm")],
+    *[pytest.param(name, "stdin_no_final_newline", marks=on(name)) for name in RUNS],
+    pytest.param("classifier", "file_final_newline", marks=on("classifier")),
+    *[pytest.param(name, "file_final_newline", marks=(on(name), pytest.mark.slow)) for name in ("mlm", "translator", "lm")],
 ])
 def test_every_input_line_gives_one_output_line_in_order(trained, tmp_path, name, source):
     t = trained(name)
@@ -195,12 +201,14 @@ def test_every_input_line_gives_one_output_line_in_order(trained, tmp_path, name
         assert "20 of 40 texts have no [MASK]" in result.stderr
 
 
+@on("classifier")
 def test_a_handful_of_lines_shows_no_progress_bar(trained):
     t = trained("classifier")
     result = cli("lab.classify", [f"ckpt_path={t.ckpt}"], stdin="one\ntwo\n")
     assert len(ok(result)) == 2 and "/2" not in result.stderr
 
 
+@on("lm")
 def test_a_long_prompt_conditions_on_the_trained_window_and_says_so(trained):
     t = trained("lm")
     prompt = "ROMEO. " * 20  # 140 characters > the 64 the char model was trained on
@@ -211,6 +219,7 @@ def test_a_long_prompt_conditions_on_the_trained_window_and_says_so(trained):
 
 # ---- interactive generation ----
 
+@on("lm")
 def test_interactive_generation_answers_each_prompt_before_the_next_is_typed(trained):
     """Sampled (not greedy, so each prompt gets its own answer), seeded: the reference draws from one generator
     across the prompts as the CLI does, and stops at <|endoftext|> as the chat loop does."""
@@ -242,6 +251,7 @@ def test_interactive_generation_answers_each_prompt_before_the_next_is_typed(tra
 
 # ---- a run directory is enough ----
 
+@on("classifier")
 def test_a_run_directory_uses_its_best_checkpoint_else_last_and_says_which(trained, tmp_path):
     t = trained("classifier")
     result = cli("lab.classify", [f"ckpt_path={t.run}", "text=a fine film"])
@@ -253,6 +263,7 @@ def test_a_run_directory_uses_its_best_checkpoint_else_last_and_says_which(train
     assert result.returncode == 0 and "last.ckpt (the run's last checkpoint; it has no best-*.ckpt)" in result.stderr
 
 
+@on("classifier")
 def test_eval_takes_a_run_directory(trained):
     t = trained("classifier")
     result = cli("lab.eval", [f"ckpt_path={t.run}"])
@@ -285,14 +296,14 @@ def test_bad_settings_are_one_error_line_before_the_checkpoint_is_read(module, a
     assert result.returncode == 2 and line.startswith("error: ") and message in line and "/no/such/run" not in result.stderr  # settings first: nothing was read
 
 
-@pytest.mark.parametrize(("name", "entry", "args", "message"), [
-    ("lm", "lab.classify", ["text=x"], "is a LanguageModelTask checkpoint, but lab.classify needs a ClassificationTask one; use lab.generate"),
-    ("translator", "lab.generate", ["prompt=x"], "is a TranslationTask checkpoint, but lab.generate needs a LanguageModelTask one; use lab.translate"),
-    ("classifier", "lab.classify", ["text="], 'text="" is empty'),
-    ("translator", "lab.translate", ["text=   "], 'text="   " is empty'),
-    ("mlm", "lab.fill_mask", ["text=a [MASK] film", "top_k=100000"], "top_k=100000 is out of range: top_k must be an integer from 1 to the vocabulary size"),
-    ("mlm", "lab.fill_mask", ["text=a film"], "the text has no [MASK]"),
-], ids=["classify_an_lm", "generate_with_a_translator", "empty_text", "whitespace_text", "top_k_above_vocabulary", "no_mask"])
+@pytest.mark.parametrize(("name", "entry", "args", "message"), [pytest.param(*case, id=case_id, marks=on(case[0])) for case_id, case in {
+    "classify_an_lm": ("lm", "lab.classify", ["text=x"], "is a LanguageModelTask checkpoint, but lab.classify needs a ClassificationTask one; use lab.generate"),
+    "generate_with_a_translator": ("translator", "lab.generate", ["prompt=x"], "is a TranslationTask checkpoint, but lab.generate needs a LanguageModelTask one; use lab.translate"),
+    "empty_text": ("classifier", "lab.classify", ["text="], 'text="" is empty'),
+    "whitespace_text": ("translator", "lab.translate", ["text=   "], 'text="   " is empty'),
+    "top_k_above_vocabulary": ("mlm", "lab.fill_mask", ["text=a [MASK] film", "top_k=100000"], "top_k=100000 is out of range: top_k must be an integer from 1 to the vocabulary size"),
+    "no_mask": ("mlm", "lab.fill_mask", ["text=a film"], "the text has no [MASK]"),
+}.items()])
 def test_wrong_checkpoints_and_empty_texts_are_one_error_line(trained, name, entry, args, message):
     result = cli(entry, [f"ckpt_path={trained(name).ckpt}", *args])
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
