@@ -39,10 +39,12 @@ lint: setup
 	$(VENV)/bin/ruff check lab tests benchmarks experiments hydra_plugins .ci
 	$(VENV)/bin/lint-imports --no-cache
 
-# Two pytest-xdist workers (this CI machine has 2 cores; most tests wait on subprocess runs). loadgroup: tests
-# that share a module's training run stay on one worker (tests/conftest.py). PYTEST_WORKERS=0 runs in-process.
+# Two pytest-xdist workers (CI's machine has 2 cores), a whole test module at a time so a module's shared
+# training runs are built once; the longest modules first, in tests/conftest.py's order (no reordering by
+# test count). PYTEST_WORKERS=0 runs everything in one process.
 PYTEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -q $(XDIST) --durations=15
 
 # the whole suite, slow (multi-process, sweeps, resume) tests included: what CI runs
 test: setup browser apt-lists lint
@@ -79,7 +81,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml .ci/lowest.py
 
 test-oldest: $(OLDEST_VENV)/.installed browser apt-lists
 	$(OLDEST_VENV)/bin/python -m pip list --format=freeze | grep -iE '^(lightning|hydra-core|omegaconf|wandb|torchmetrics|tokenizers|numpy|matplotlib|optuna|sqlalchemy|torch)=='
-	$(OLDEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	$(OLDEST_VENV)/bin/python -m pytest -q $(XDIST)
 
 test-newest:
 	python3 -m venv $(NEWEST_VENV)

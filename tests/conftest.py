@@ -71,23 +71,16 @@ def compose():
     return _compose
 
 
-# ---- running on several pytest-xdist workers (`make test`: -n 2 --dist loadgroup) ----
+# ---- running on two pytest-xdist workers (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
+# A worker takes a whole module at a time (its module- and session-scoped training runs are built once), the
+# next one in collection order when it is free. These modules take minutes (subprocess training runs; measured
+# with --durations, longest first); starting with them keeps the run from ending on one long module while the
+# other worker waits. The order changes nothing else: each module's tests keep their order.
+LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_strategies.py", "test_train_cli.py",
+                "test_translation.py", "test_moe.py", "test_autoresume.py", "test_launch.py", "test_sweeps.py",
+                "test_wandb.py", "test_encoder_cli.py", "test_sweeps_jobs.py", "test_preemption_signals.py"]
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+
 def pytest_collection_modifyitems(items):
-    """Two things that keep a parallel run short, and a sequential one unchanged in what it runs:
-    1. Tests that share a module- or session-scoped fixture of their test module (a training run, a sweep)
-       form one xdist group, so one worker builds it once instead of every worker building it; a test that
-       names its own group keeps it (tests/test_inference_cli.py: one group per trained task).
-    2. Modules with slow tests run first (each module's tests stay together and in order), so the run does
-       not end with one worker busy on a long test while the other waits."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") or not hasattr(item, "_fixtureinfo"):
-            continue
-        module = item.nodeid.split("::")[0]
-        shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
-                        if defs[-1].scope in ("module", "session") and defs[-1].baseid == module)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(f"{Path(item.path).stem}:{shared[0]}"))
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)  # stable: order within a module is kept
+    first = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable

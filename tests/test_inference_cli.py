@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -60,12 +61,6 @@ def trained(tmp_path_factory):
         return done[name]
 
     return get
-
-
-def on(name: str):
-    """The mark that keeps every test of one trained task on one xdist worker: `trained` runs once per worker,
-    so the task trains once per test run (the four tasks still spread over the workers)."""
-    return pytest.mark.xdist_group(f"inference_cli-{name}")
 
 
 def cli(module: str, args: list[str], stdin: str = "", timeout: int = 300) -> subprocess.CompletedProcess:
@@ -137,22 +132,66 @@ def reference(name: str, t: Trained, text: str) -> str:
 
 # ---- any text in ----
 
-def _case(name: str, key: str, default: bool):
-    marks = (on(name),) if default else (on(name), pytest.mark.slow)
-    return pytest.param(name, key, marks=marks, id=f"{ENTRY[name]}-{key}")
+# every tricky string through every entry point (cheap: one CLI_BATCH process per entry point, below)
+CASES = [pytest.param(n, k, id=f"{ENTRY[n]}-{k}") for n in RUNS for k in TRICKY]
 
 
-# by default each tricky string once, spread over the entry points (the argv code is shared); -m slow: all
-DEFAULT = {"classifier": {"comma", "quotes", "dollar_braces"}, "mlm": {"mask", "specials"},
-           "translator": {"question", "brackets", "leading_dashes"}, "lm": {"apostrophe", "equals", "non_ascii"}}
-CASES = [_case(n, k, k in DEFAULT[n]) for n in RUNS for k in TRICKY]
+def tricky_text(name: str, key: str) -> str:
+    return TRICKY[key] if name != "mlm" or "[MASK]" in TRICKY[key] else TRICKY[key] + " [MASK]"
+
+
+# Runs `python -m <module>`'s own code (exit_with_help, take_text_arguments, Hydra, the run) once per command
+# line, each given as <n> <its n arguments> on this process's real argv, so every text still arrives through
+# a real command line as typed; one process serves every case of a task, paying the ~5 s of imports once.
+CLI_BATCH = r"""
+import contextlib, io, json, runpy, sys
+module, argv, results = sys.argv[1], sys.argv[2:], []
+while argv:
+    n = int(argv[0])
+    sys.argv, argv = [module, *argv[1 : 1 + n]], argv[1 + n :]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print("RESULTS=" + json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="session")
+def typed(trained, request):
+    """name -> {key: the CLI's result (returncode, stdout, stderr) for TRICKY[key] given as its text= argument},
+    for every selected case of that task, all from one CLI_BATCH process."""
+    done: dict[str, dict[str, SimpleNamespace]] = {}
+
+    def get(name: str) -> dict[str, SimpleNamespace]:
+        if name not in done:
+            t = trained(name)
+            keys = [item.callspec.params["key"] for item in request.session.items
+                    if item.originalname == "test_text_reaches_the_model_exactly_as_typed" and item.callspec.params["name"] == name]
+            argv = []
+            for key in keys:
+                args = [f"ckpt_path={t.ckpt}", f"{TEXT_KEY[name]}={tricky_text(name, key)}", *SETTINGS[name]]
+                argv += [str(len(args)), *args]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+            out = subprocess.run([sys.executable, "-c", CLI_BATCH, ENTRY[name], *argv], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=600)
+            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULTS=")), None)
+            assert line, out.stdout[-3000:] + out.stderr[-3000:]
+            results = json.loads(line.removeprefix("RESULTS="))
+            done[name] = {key: SimpleNamespace(**r) for key, r in zip(keys, results, strict=True)}
+        return done[name]
+
+    return get
 
 
 @pytest.mark.parametrize(("name", "key"), CASES)
-def test_text_reaches_the_model_exactly_as_typed(trained, name, key):
+def test_text_reaches_the_model_exactly_as_typed(trained, typed, name, key):
     t = trained(name)
-    text = TRICKY[key] if name != "mlm" or "[MASK]" in TRICKY[key] else TRICKY[key] + " [MASK]"
-    lines = ok(cli(ENTRY[name], [f"ckpt_path={t.ckpt}", f"{TEXT_KEY[name]}={text}", *SETTINGS[name]]))
+    text = tricky_text(name, key)
+    lines = ok(typed(name)[key])
     assert "\n".join(lines) == reference(name, t, text)
     if name in ("classifier", "mlm"):  # they echo the text as the model read it
         assert lines[0].endswith("\t" + normalize_sentence(text))
@@ -166,9 +205,9 @@ LINES = ["a gorgeous, moving film", "", "   ", "it's [PAD] </s> the \"worst\" [M
 
 
 @pytest.mark.parametrize(("name", "source"), [
-    *[pytest.param(name, "stdin_no_final_newline", marks=on(name)) for name in RUNS],
-    pytest.param("classifier", "file_final_newline", marks=on("classifier")),
-    *[pytest.param(name, "file_final_newline", marks=(on(name), pytest.mark.slow)) for name in ("mlm", "translator", "lm")],
+    *[(name, "stdin_no_final_newline") for name in RUNS],
+    ("classifier", "file_final_newline"),
+    *[pytest.param(name, "file_final_newline", marks=pytest.mark.slow) for name in ("mlm", "translator", "lm")],
 ])
 def test_every_input_line_gives_one_output_line_in_order(trained, tmp_path, name, source):
     t = trained(name)
@@ -201,14 +240,12 @@ def test_every_input_line_gives_one_output_line_in_order(trained, tmp_path, name
         assert "20 of 40 texts have no [MASK]" in result.stderr
 
 
-@on("classifier")
 def test_a_handful_of_lines_shows_no_progress_bar(trained):
     t = trained("classifier")
     result = cli("lab.classify", [f"ckpt_path={t.ckpt}"], stdin="one\ntwo\n")
     assert len(ok(result)) == 2 and "/2" not in result.stderr
 
 
-@on("lm")
 def test_a_long_prompt_conditions_on_the_trained_window_and_says_so(trained):
     t = trained("lm")
     prompt = "ROMEO. " * 20  # 140 characters > the 64 the char model was trained on
@@ -219,7 +256,6 @@ def test_a_long_prompt_conditions_on_the_trained_window_and_says_so(trained):
 
 # ---- interactive generation ----
 
-@on("lm")
 def test_interactive_generation_answers_each_prompt_before_the_next_is_typed(trained):
     """Sampled (not greedy, so each prompt gets its own answer), seeded: the reference draws from one generator
     across the prompts as the CLI does, and stops at <|endoftext|> as the chat loop does."""
@@ -251,7 +287,6 @@ def test_interactive_generation_answers_each_prompt_before_the_next_is_typed(tra
 
 # ---- a run directory is enough ----
 
-@on("classifier")
 def test_a_run_directory_uses_its_best_checkpoint_else_last_and_says_which(trained, tmp_path):
     t = trained("classifier")
     result = cli("lab.classify", [f"ckpt_path={t.run}", "text=a fine film"])
@@ -263,7 +298,6 @@ def test_a_run_directory_uses_its_best_checkpoint_else_last_and_says_which(train
     assert result.returncode == 0 and "last.ckpt (the run's last checkpoint; it has no best-*.ckpt)" in result.stderr
 
 
-@on("classifier")
 def test_eval_takes_a_run_directory(trained):
     t = trained("classifier")
     result = cli("lab.eval", [f"ckpt_path={t.run}"])
@@ -296,14 +330,14 @@ def test_bad_settings_are_one_error_line_before_the_checkpoint_is_read(module, a
     assert result.returncode == 2 and line.startswith("error: ") and message in line and "/no/such/run" not in result.stderr  # settings first: nothing was read
 
 
-@pytest.mark.parametrize(("name", "entry", "args", "message"), [pytest.param(*case, id=case_id, marks=on(case[0])) for case_id, case in {
-    "classify_an_lm": ("lm", "lab.classify", ["text=x"], "is a LanguageModelTask checkpoint, but lab.classify needs a ClassificationTask one; use lab.generate"),
-    "generate_with_a_translator": ("translator", "lab.generate", ["prompt=x"], "is a TranslationTask checkpoint, but lab.generate needs a LanguageModelTask one; use lab.translate"),
-    "empty_text": ("classifier", "lab.classify", ["text="], 'text="" is empty'),
-    "whitespace_text": ("translator", "lab.translate", ["text=   "], 'text="   " is empty'),
-    "top_k_above_vocabulary": ("mlm", "lab.fill_mask", ["text=a [MASK] film", "top_k=100000"], "top_k=100000 is out of range: top_k must be an integer from 1 to the vocabulary size"),
-    "no_mask": ("mlm", "lab.fill_mask", ["text=a film"], "the text has no [MASK]"),
-}.items()])
+@pytest.mark.parametrize(("name", "entry", "args", "message"), [
+    ("lm", "lab.classify", ["text=x"], "is a LanguageModelTask checkpoint, but lab.classify needs a ClassificationTask one; use lab.generate"),
+    ("translator", "lab.generate", ["prompt=x"], "is a TranslationTask checkpoint, but lab.generate needs a LanguageModelTask one; use lab.translate"),
+    ("classifier", "lab.classify", ["text="], 'text="" is empty'),
+    ("translator", "lab.translate", ["text=   "], 'text="   " is empty'),
+    ("mlm", "lab.fill_mask", ["text=a [MASK] film", "top_k=100000"], "top_k=100000 is out of range: top_k must be an integer from 1 to the vocabulary size"),
+    ("mlm", "lab.fill_mask", ["text=a film"], "the text has no [MASK]"),
+], ids=["classify_an_lm", "generate_with_a_translator", "empty_text", "whitespace_text", "top_k_above_vocabulary", "no_mask"])
 def test_wrong_checkpoints_and_empty_texts_are_one_error_line(trained, name, entry, args, message):
     result = cli(entry, [f"ckpt_path={trained(name).ckpt}", *args])
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
