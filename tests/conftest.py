@@ -76,9 +76,11 @@ def compose():
 # next one in collection order when it is free. These modules take minutes (subprocess training runs; measured
 # with --durations, longest first); starting with them keeps the run from ending on one long module while the
 # other worker waits. The order changes nothing else: each module's tests keep their order.
-LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_strategies.py", "test_train_cli.py",
-                "test_translation.py", "test_moe.py", "test_autoresume.py", "test_launch.py", "test_sweeps.py",
-                "test_wandb.py", "test_encoder_cli.py", "test_sweeps_jobs.py", "test_preemption_signals.py"]
+LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_autoresume.py", "test_strategies.py",
+                "test_encoder_cli.py", "test_sweeps.py", "test_moe.py", "test_wandb.py", "test_preemption_signals.py",
+                "test_launch.py", "test_translation.py", "test_report.py", "test_sweeps_jobs.py",
+                "test_config_errors.py", "test_preemption.py", "test_sweeps_optuna.py", "test_export.py",
+                "test_train_cli.py"]
 
 
 def pytest_collection_modifyitems(items):
