@@ -39,16 +39,23 @@ lint: setup
 	$(VENV)/bin/ruff check lab tests benchmarks experiments hydra_plugins .ci
 	$(VENV)/bin/lint-imports --no-cache
 
+# Two pytest-xdist workers (CI's machine has 2 cores), a whole test module at a time so a module's shared
+# training runs are built once; the longest modules first, in tests/conftest.py's order (no reordering by
+# test count). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -q $(XDIST) --durations=15
+
 # the whole suite, slow (multi-process, sweeps, resume) tests included: what CI runs
 test: setup browser apt-lists lint
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # quick local iteration: everything but the tests marked slow
 test-fast: setup browser apt-lists
-	$(PY) -m pytest -q -m 'not slow'
+	$(PYTEST) -m 'not slow'
 
 test-slow: setup browser apt-lists
-	$(PY) -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 # one-line bugs applied to a temporary copy of the repo; each must be killed by the tests that guard it
 # (tests/mutants.py; not part of `make test`)
@@ -68,13 +75,13 @@ $(OLDEST_VENV)/.installed: pyproject.toml .ci/lowest.py
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST_VENV)/bin/python -m pip install --quiet torch==$(TORCH_VERSION)
 	$(OLDEST_VENV)/bin/python .ci/lowest.py > $(OLDEST_VENV)/lowest.txt
-	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/lowest.txt -e '.[all]' pytest
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c $(OLDEST_VENV)/lowest.txt -e '.[all]' pytest pytest-xdist
 	$(OLDEST_VENV)/bin/python -m pip check
 	touch $@
 
 test-oldest: $(OLDEST_VENV)/.installed browser apt-lists
 	$(OLDEST_VENV)/bin/python -m pip list --format=freeze | grep -iE '^(lightning|hydra-core|omegaconf|wandb|torchmetrics|tokenizers|numpy|matplotlib|optuna|sqlalchemy|torch)=='
-	$(OLDEST_VENV)/bin/python -m pytest -q
+	$(OLDEST_VENV)/bin/python -m pytest -q $(XDIST)
 
 test-newest:
 	python3 -m venv $(NEWEST_VENV)

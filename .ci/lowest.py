@@ -2,7 +2,7 @@
 bound in pyproject.toml: `make test-oldest` installs with them, so each `>=` bound is a version the suite
 passed on. torch is left out: it is installed first at the pinned build (TORCH_VERSION), which must satisfy
 its bound. The dev extra (pytest, ruff, import-linter) is test tooling, not lab's: import-linter itself needs
-a newer rich than lab's lower bound, so test-oldest installs pytest alone, unconstrained."""
+a newer rich than lab's lower bound, so test-oldest installs pytest (and pytest-xdist) alone, unconstrained."""
 import re
 import sys
 import tomllib

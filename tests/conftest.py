@@ -11,6 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# The warm corpus cache, named explicitly for subprocesses: a test that gives a run its own HOME (no W&B
+# credentials) would otherwise fetch and tokenize every corpus again into that HOME's empty ~/.cache/lab.
+CACHE_DIR = os.environ.get("LAB_CACHE_DIR") or str(Path.home() / ".cache" / "lab")
 
 # A small, fast slice of the real corpus: 4 plays for training, 1 held out, character level.
 TINY_LM = [
@@ -28,7 +31,8 @@ TINY_LM = [
 
 def run_module(module: str, args: list[str], runs_dir: Path, timeout: int = 300, env: dict | None = None):
     """python -m <module> <args> in a subprocess with runs under runs_dir; returns CompletedProcess."""
-    full_env = {**os.environ, "LAB_RUNS_DIR": str(runs_dir), "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "LAB_RUNS_DIR": str(runs_dir), "LAB_CACHE_DIR": CACHE_DIR, "PYTHONUNBUFFERED": "1",
+                **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -101,3 +105,20 @@ def compose():
             return hydra_compose(config_name, overrides=overrides, return_hydra_config=True)
 
     return _compose
+
+
+# ---- running on two pytest-xdist workers (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
+# A worker takes a whole module at a time (its module- and session-scoped training runs are built once), the
+# next one in collection order when it is free. These modules take minutes (subprocess training runs; measured
+# with --durations, longest first); starting with them keeps the run from ending on one long module while the
+# other worker waits. The order changes nothing else: each module's tests keep their order.
+LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_autoresume.py", "test_strategies.py",
+                "test_encoder_cli.py", "test_sweeps.py", "test_moe.py", "test_wandb.py", "test_preemption_signals.py",
+                "test_launch.py", "test_translation.py", "test_report.py", "test_sweeps_jobs.py",
+                "test_config_errors.py", "test_preemption.py", "test_sweeps_optuna.py", "test_export.py",
+                "test_train_cli.py"]
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable

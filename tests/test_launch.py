@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, train
+from conftest import CACHE_DIR, ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, train
 
 from lab.runtime.ranks import global_rank
 
@@ -55,7 +55,7 @@ def test_two_nodes_by_node_rank_write_one_run(tmp_path):
     for node in (0, 1):
         env = {**os.environ, "LAB_RUNS_DIR": str(runs), "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": port, "NODE_RANK": str(node), "WANDB_API_KEY": "", "HOME": str(tmp_path),
-               **({"TMPDIR": str(scratch)} if node else {})}
+               "LAB_CACHE_DIR": CACHE_DIR, **({"TMPDIR": str(scratch)} if node else {})}
         procs.append(subprocess.Popen([sys.executable, "-m", "lab.train", *args], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=400) for p in procs]

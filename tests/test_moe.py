@@ -230,8 +230,9 @@ def test_moe_encoder_classifier_trains_with_expert_choice_through_the_cli(tmp_pa
 
 
 def test_moe_translator_trains_through_the_cli_with_moe_in_both_stacks(tmp_path):
-    train(["+experiment=translator_small_moe", "trainer.max_steps=4", "trainer.val_check_interval=2",
-           "+trainer.limit_val_batches=2", *QUICK], tmp_path)
+    train(["+experiment=translator_small_moe", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
+           "data.max_tokens=24", "data.batch_size=16", "data.eval_batch_size=16", "task.val_decoding.max_len_offset=2",
+           "trainer.max_steps=4", "trainer.val_check_interval=2", "+trainer.limit_val_batches=2", *QUICK], tmp_path)
     columns = set(read_metrics(run_dirs(tmp_path)[-1])[0])
     for stack in ("encoder", "decoder"):
         assert any(c.startswith(f"train/moe/{stack}.") and c.endswith("/load_balance") for c in columns), stack
