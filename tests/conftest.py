@@ -114,7 +114,7 @@ def compose():
 # other worker waits. The order changes nothing else: each module's tests keep their order.
 LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_autoresume.py", "test_strategies.py",
                 "test_encoder_cli.py", "test_sweeps.py", "test_moe.py", "test_wandb.py", "test_preemption_signals.py",
-                "test_launch.py", "test_translation.py", "test_report.py", "test_sweeps_jobs.py",
+                "test_launch.py", "test_translation.py", "test_translator_recipe.py", "test_report.py", "test_sweeps_jobs.py",
                 "test_config_errors.py", "test_preemption.py", "test_sweeps_optuna.py", "test_export.py",
                 "test_train_cli.py"]
 
