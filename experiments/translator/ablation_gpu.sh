@@ -6,30 +6,7 @@ set -u
 PY=${PY:-python3}
 RUNS=${LAB_RUNS_DIR:-runs}
 export OMP_NUM_THREADS=1
-declare -A ARGS=(
-  [small]="+experiment=translator_small"
-  [small+post]="+experiment=translator_small model.norm_placement=post"
-  [small+sinusoidal]="+experiment=translator_small model.positions=sinusoidal"
-  [small+relu]="+experiment=translator_small model.ffn=relu"
-  [small+scaled_emb]="+experiment=translator_small model.scale_embeddings=true"
-  [small+untied]="+experiment=translator_small model.tie_embeddings=false"
-  [small+unshared]="+experiment=translator_small model.share_embeddings=false"
-  [small+lr1e-3]="+experiment=translator_small task.optimizer.lr=1e-3"
-  [small+lr4e-3]="+experiment=translator_small task.optimizer.lr=4e-3"
-  [small+warmup500]="+experiment=translator_small task.scheduler.warmup_steps=500"
-  [small+init_std0.05]="+experiment=translator_small model.init_std=0.05"
-  [vanilla]="+experiment=translator_vanilla"
-  [vanilla+pre]="+experiment=translator_vanilla model.norm_placement=pre"
-  [vanilla+rotary]="+experiment=translator_vanilla model.positions=rotary"
-  [vanilla+swiglu]="+experiment=translator_vanilla model.ffn=swiglu"
-  [vanilla+unscaled_emb]="+experiment=translator_vanilla model.scale_embeddings=false"
-  [vanilla+lr1e-3]="+experiment=translator_vanilla task.optimizer.lr=1e-3"
-  [vanilla+lr4e-3]="+experiment=translator_vanilla task.optimizer.lr=4e-3"
-  [vanilla+warmup500]="+experiment=translator_vanilla task.scheduler.warmup_steps=500"
-)
-ORDER=(small vanilla small+post small+sinusoidal small+relu small+scaled_emb small+lr1e-3 small+lr4e-3 vanilla+pre
-       small+untied small+warmup500 small+init_std0.05 vanilla+rotary vanilla+swiglu vanilla+unscaled_emb vanilla+lr4e-3
-       vanilla+lr1e-3 small+unshared vanilla+warmup500)
+source "$(dirname "$0")/variants.sh"
 VARIANTS=("$@"); [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=("${ORDER[@]}")
 SECONDS=0
 for seed in ${SEEDS:-1 2 3}; do
