@@ -44,6 +44,7 @@ def train(cfg: DictConfig) -> float | None:
     from lab.runtime.config_checks import check_config  # noqa: PLC0415
     from lab.runtime.console import phase, single_console  # noqa: PLC0415
     from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
+    from lab.runtime.memory import keep_freed_memory  # noqa: PLC0415
     from lab.runtime.ranks import set_global_rank  # noqa: PLC0415
     from lab.runtime.resume import check_resume, check_vocabulary  # noqa: PLC0415
     from lab.runtime.sweeps import record_final_metrics  # noqa: PLC0415
@@ -73,6 +74,8 @@ def train(cfg: DictConfig) -> float | None:
         OmegaConf.save(resolved, out_dir / "config.yaml")
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision("high")
+    if note := keep_freed_memory():  # large CPU tensors reused, not page-faulted anew each step
+        log.info(note)
 
     datamodule = instantiate(cfg.data)
     with phase(f"data: {type(datamodule).__name__} (a first run fetches the corpus and trains the tokenizer, "
