@@ -1,14 +1,17 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
-    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds] [--skip-layers] [--skip-model]
+    python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds]
+        [--skip-layers] [--skip-model] [--glibc-defaults]
     python benchmarks/moe.py --device cuda [--batch-scale 8] [--compile]      # bf16 autocast, CUDA-synchronised timings, MFU
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
    active parameters: E=8 top-2 width 768, E=64 top-8 width 192, E=128 top-8 width 96 (fine-grained). Per layout:
    - dense FFN of hidden top_k x width (the same active parameters per token): the 1.00x line
-   - lab MoE, grouped_mm dispatch (the default on CPU): capacity 1.25, and dropless
-   - lab MoE, per-expert loop dispatch (model.moe.dispatch=loop), dropless: is the loop faster anywhere?
+   - lab MoE as configured by default (dispatch=auto: eager on a CPU, the per-expert loop up to 8 experts,
+     grouped_mm above), capacity 1.25 and dropless; then dropless with each dispatch forced (grouped_mm, loop)
    - lab MoE, expert choice (capacity 1.0)
+   - a floor: the two grouped matmuls and the activation alone on pre-sorted equal groups (no routing, gather,
+     biases, gate or combine): what any grouped dispatch costs at least with these kernels
    - the seeds' MixtureOfExperts (/work/shared/seeds, "LLM CodeBase" MoE section): per-expert masked loop,
      with its undefined `self.expert_capacity` fixed to the capacity it computes
    With --compile, also torch.compile (inductor) of the dense FFN and of lab MoE capacity 1.25.
@@ -20,8 +23,10 @@ On a GPU (--device cuda) everything runs under bf16 autocast (what trainer=gpu d
 device, --batch-scale multiplies B and the models' batch size (the CPU shapes are too small to fill a GPU), and the whole-model table adds
 MFU: (6 x active params + 12 x layers x d_model x T) FLOPs per token (PaLM appendix B) x tokens/s / dense bf16 peak.
 
-Each round times every contender once (alternating, so machine load hits all alike); the best round is
-reported. Times are wall clock: on a shared machine they are inflated, the ratios less so.
+Each round times every contender once (alternating, so machine load hits all alike); reported: each contender's
+best round, and the median over rounds of its time / the dense layer's time in the same round. Times are wall
+clock: on a shared machine they are inflated, the ratios less so. The process keeps freed memory for reuse as
+lab.train does (lab.runtime.memory; --glibc-defaults: not).
 """
 from __future__ import annotations
 
@@ -35,9 +40,10 @@ from torch import nn
 
 from lab.nn import TransformerConfig
 from lab.nn.ffn import make_ffn
-from lab.nn.moe import make_moe
+from lab.nn.moe import grouped_linear, make_moe
 from lab.nn.params import count_parameters
 from lab.runtime.callbacks.throughput import peak_flops
+from lab.runtime.memory import keep_freed_memory
 
 B, T, D = 12, 256, 384
 CPU = torch.device("cpu")
@@ -85,7 +91,26 @@ class SeedMixtureOfExperts(nn.Module):
         return sum(expert_outputs).reshape(batch_size, seq_length, hidden_dim)
 
 
-def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool) -> dict[str, nn.Module]:
+class GroupedMatmulsAlone(nn.Module):
+    """A floor for any grouped dispatch: the experts' two grouped matmuls and their activation (the dense FFN's
+    work at equal active parameters) on the layer's B*T*top_k rows, already sorted into equal groups, with no
+    routing, gather, biases, gate or combine (the k copies are summed, one read)."""
+
+    def __init__(self, E: int, k: int, H: int, tokens: int):
+        super().__init__()
+        self.k = k
+        self.w_in = nn.Parameter(torch.randn(E, H, D) * 0.02)
+        self.w_out = nn.Parameter(torch.randn(E, D, H) * 0.02)
+        self.register_buffer("rows", torch.randn(tokens * k, D))
+        self.register_buffer("ends", (torch.arange(1, E + 1) * (tokens * k // E)).to(torch.int32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.rows.detach().requires_grad_()  # a fresh leaf: its gradient is computed, never accumulated
+        h = F.gelu(grouped_linear(rows, self.w_in, self.ends), approximate="tanh")
+        return grouped_linear(h, self.w_out, self.ends).view(self.k, *x.shape).sum(0)
+
+
+def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool, tokens: int = B * T) -> dict[str, nn.Module]:
     def lab_moe(capacity, **moe):
         cfg = TransformerConfig(d_model=D, n_heads=6, n_layers=1, moe=dict(
             num_experts=E, top_k=K, expert_hidden=H, capacity_factor=capacity, **moe))
@@ -93,16 +118,18 @@ def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool) -> dic
 
     layers = {
         f"dense FFN hidden {K * H}": make_ffn("gelu", D, K * H),
-        "lab MoE cap 1.25": lab_moe(1.25),
-        "lab MoE dropless": lab_moe(None),
+        "lab MoE cap 1.25 (auto)": lab_moe(1.25),
+        "lab MoE dropless (auto)": lab_moe(None),
+        "lab MoE dropless, grouped_mm": lab_moe(None, dispatch="grouped_mm"),
         "lab MoE dropless, per-expert loop": lab_moe(None, dispatch="loop"),
         "lab MoE expert choice cap 1.0": lab_moe(1.0, router="expert_choice"),
+        "floor: grouped matmuls alone": GroupedMatmulsAlone(E, K, H, tokens),
     }
     if seeds:
         layers["seeds' MoE loop cap 1.25"] = SeedMixtureOfExperts(D, E, H, K, 1.25)
     if compile_:
         layers["dense FFN, compiled"] = torch.compile(make_ffn("gelu", D, K * H))
-        layers["lab MoE cap 1.25, compiled"] = torch.compile(lab_moe(1.25), fullgraph=True)
+        layers["lab MoE cap 1.25, compiled"] = torch.compile(lab_moe(1.25), fullgraph=True)  # grouped_mm
     return layers
 
 
@@ -124,6 +151,7 @@ def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_cou
             sync(x.device)
             start = clock()
         x.grad = None
+        layer.zero_grad(set_to_none=True)  # as a training step: gradients assigned, not accumulated
         with autocast(x.device):
             y = layer(x)
         y.backward(grad.to(y.dtype))
@@ -175,10 +203,14 @@ def main() -> None:
     parser.add_argument("--no-seeds", action="store_true", help="leave out the seeds' (slow) per-expert loop")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda (bf16 autocast)")
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc thresholds (lab.train raises them: lab.runtime.memory)")
     parser.add_argument("--batch-scale", type=int, default=1, help="multiply B of the layers and the models' batch (GPU)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.glibc_defaults:
+        print(keep_freed_memory() or "cpu memory: glibc defaults (not glibc, or the user's allocator settings)")
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -191,18 +223,21 @@ def main() -> None:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for E, K, H in [] if args.skip_layers else LAYOUTS:
         torch.manual_seed(0)
-        layers = {name: layer.to(device) for name, layer in layer_contenders(E, K, H, args.compile, not args.no_seeds).items()}
+        layers = {name: layer.to(device) for name, layer in layer_contenders(E, K, H, args.compile, not args.no_seeds, B * args.batch_scale * T).items()}
         x = torch.randn(B * args.batch_scale, T, D, device=device, requires_grad=True)
-        best = {name: float("inf") for name in layers}
+        times = {name: [] for name in layers}
         for _ in range(args.rounds):
             for name, layer in layers.items():
-                best[name] = min(best[name], time_layer(layer, x, args.reps, clock))
-        dense = best[next(iter(layers))]
+                times[name].append(time_layer(layer, x, args.reps, clock))
+        dense = next(iter(layers))
         print(f"\nE={E} top-{K} width {H}: one FFN layer, forward+backward, B={B * args.batch_scale} T={T} D={D} "
-              f"(best of {args.rounds} rounds x {args.reps} reps, {args.clock} clock)")
-        print(f"{'layer':<40} {'ms':>8} {'x dense':>8}")
-        for name, seconds in best.items():
-            print(f"{name:<40} {seconds * 1e3:>8.1f} {seconds / dense:>8.2f}")
+              f"({args.rounds} rounds x {args.reps} reps, {args.clock} clock)")
+        print(f"{'layer':<40} {'best ms':>8} {'x dense':>8} {'median of rounds':>17}")
+        for name, seconds in times.items():
+            # median of the per-round ratios: a slow spell of a shared machine hits a round's contenders alike
+            ratios = sorted(t / d for t, d in zip(seconds, times[dense]))
+            print(f"{name:<40} {min(seconds) * 1e3:>8.1f} {min(seconds) / min(times[dense]):>8.2f} "
+                  f"{ratios[len(ratios) // 2]:>17.2f}")
 
     if args.skip_model:
         return

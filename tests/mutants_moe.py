@@ -24,15 +24,15 @@ MUTANTS = [
     Mutant(
         "moe: every expert uses expert 0's output weights",
         MOE,
-        "return grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)",
-        "return grouped_linear(h, cast(self.w_out[:1].expand_as(self.w_out)), cast(self.b_out), expert, ends)",
+        "lambda h: grouped_linear(h, cast(self.w_out), ends))",
+        "lambda h: grouped_linear(h, cast(self.w_out[:1].expand_as(self.w_out)), ends))",
         REFERENCE,
     ),
     Mutant(
         "moe: experts' outputs applied in reverse order",
         MOE,
-        "out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * weight).to(tokens.dtype))",
-        "out = torch.zeros_like(tokens).index_add_(0, rows.flip(0), (outputs * weight).to(tokens.dtype))",
+        "out = torch.zeros_like(tokens).index_add_(0, rows, outputs.to(tokens.dtype))",
+        "out = torch.zeros_like(tokens).index_add_(0, rows.flip(0), outputs.to(tokens.dtype))",
         REFERENCE,
     ),
     Mutant(
@@ -67,8 +67,8 @@ MUTANTS = [
     Mutant(
         "moe: the per-expert loop uses expert 0's input weights",
         MOE,
-        "F.linear(self._hidden(F.linear(chunk, w_in[e], b_in[e])), w_out[e], b_out[e])",
-        "F.linear(self._hidden(F.linear(chunk, w_in[0], b_in[e])), w_out[e], b_out[e])",
+        "self._gated_output(F.linear(chunk, w_in[e], b_in[e]), g,",
+        "self._gated_output(F.linear(chunk, w_in[0], b_in[e]), g,",
         REFERENCE,
     ),
     Mutant(
@@ -81,9 +81,37 @@ MUTANTS = [
     Mutant(
         "moe: dropped and padding rows keep their gate (grouped_mm runs them through the last expert)",
         MOE,
-        "weight = torch.where(sorted_expert < E, gate[order], 0.0)[:, None]",
-        "weight = gate[order][:, None]",
+        "weight = torch.where(kept, gate[order], 0.0)",
+        "weight = gate[order]",
         REFERENCE,
+    ),
+    Mutant(
+        "moe: each token gets another token's output biases",
+        MOE,
+        "index_put_((rows, expert), weight, accumulate=True)",
+        "index_put_((rows.flip(0), expert), weight, accumulate=True)",
+        REFERENCE,
+    ),
+    Mutant(
+        "moe: fine-grained experts (gate on the hidden rows) lose the gate",
+        MOE,
+        "return project(h * gate) if h.shape[-1]",
+        "return project(h) if h.shape[-1]",
+        REFERENCE,
+    ),
+    Mutant(
+        "moe: dispatch=auto picks the per-expert loop under torch.compile (data-dependent shapes)",
+        MOE,
+        "return not few_on_cpu or torch.compiler.is_compiling()",
+        "return not few_on_cpu",
+        ("tests/test_moe.py::test_auto_dispatch_runs_the_loop_only_eager_on_a_cpu_with_few_experts",),
+    ),
+    Mutant(
+        "memory: only the trim threshold is raised (large blocks still mmapped anew)",
+        "lab/runtime/memory.py",
+        "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3",
+        "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -1",
+        ("tests/test_memory.py",),
     ),
     Mutant(
         "moe: z-loss not squared",

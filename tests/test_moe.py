@@ -14,7 +14,7 @@ from conftest import TINY_LM, read_metrics, run_dirs, train
 from lab.models.gpt import GPT
 from lab.nn import ConfigError, TransformerConfig, TransformerStack
 from lab.nn.ffn import make_ffn
-from lab.nn.moe import make_moe
+from lab.nn.moe import LOOP_MAX_EXPERTS_CPU, Experts, make_moe
 from lab.nn.params import count_parameters
 from lab.tasks.language_model import LanguageModelTask
 
@@ -167,6 +167,16 @@ def test_stacked_expert_biases_get_no_weight_decay():
 def test_bad_moe_settings_are_clear_errors(moe, message):
     with pytest.raises(ConfigError, match=message):
         GPT(vocab_size=10, d_model=D, n_heads=2, n_layers=2, moe=moe)
+
+
+def test_auto_dispatch_runs_the_loop_only_eager_on_a_cpu_with_few_experts(monkeypatch):
+    x = torch.randn(5, 16)
+    few, many = (Experts(n, 16, 32, "gelu", bias=True) for n in (LOOP_MAX_EXPERTS_CPU, LOOP_MAX_EXPERTS_CPU + 1))
+    assert not few.uses_grouped_mm(x) and many.uses_grouped_mm(x)
+    assert not many.uses_grouped_mm(x.double())  # grouped_mm has no float64: the loop
+    assert not Experts(64, 16, 32, "gelu", bias=True, dispatch="loop").uses_grouped_mm(x)  # as configured
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert few.uses_grouped_mm(x)  # compiled: grouped_mm's static shapes, whatever the count
 
 
 def test_every_n_puts_moe_on_every_nth_layer_only():

@@ -125,11 +125,16 @@ ROUTING = {  # id: (moe settings, causal, padded)
         False,
         False,
     ),
+    # experts narrower than d_model: the gate multiplies the hidden rows, not the output rows
+    "top2-fine-grained-capacity-encoder": (dict(top_k=2, expert_hidden=8, capacity_factor=0.6), False, False),
+    "top2-fine-grained-padding-dropless-decoder": (dict(top_k=2, expert_hidden=8, capacity_factor=None), True, True),
     "top2-shared2-capacity": (dict(top_k=2, num_shared=2, capacity_factor=0.6), False, False),
     "top2-padding-capacity-encoder": (dict(top_k=2, capacity_factor=0.6), False, True),
     "top2-padding-capacity-decoder": (dict(top_k=2, capacity_factor=0.6), True, True),
     "top2-padding-dropless-decoder": (dict(top_k=2, capacity_factor=None), True, True),
     "expert-choice": (dict(top_k=2, router="expert_choice", capacity_factor=0.4), False, False),
+    "expert-choice-fine-grained": (dict(top_k=2, router="expert_choice", capacity_factor=0.4, expert_hidden=8),
+                                   False, False),
     "expert-choice-padding-shared": (dict(top_k=2, router="expert_choice", capacity_factor=0.4, num_shared=1),
                                      False, True),
 }

@@ -43,6 +43,7 @@ ROUTERS = ("token_choice", "expert_choice")
 GATES = ("softmax", "sigmoid")
 SCOPES = ("local", "global")
 DISPATCHES = ("auto", "grouped_mm", "loop")
+LOOP_MAX_EXPERTS_CPU = 8  # dispatch=auto in eager mode on a CPU: the per-expert loop up to this many experts
 
 
 @dataclass
@@ -83,7 +84,8 @@ class MoEConfig:
     dispatch: str = "auto"
     """How experts run: grouped_mm (one grouped matmul per projection, no host sync, compiles), loop (one matmul
     pair per expert, reads the group sizes to the host), auto: grouped_mm where the device and dtype support
-    it (CPU float32/bfloat16/float16, CUDA bfloat16 on sm80+), else loop."""
+    it (CPU float32/bfloat16/float16, CUDA bfloat16 on sm80+) except eager on a CPU with <= 8 experts (where
+    the loop measured faster: benchmarks/moe.py), else loop."""
     every_n: int = 1
     """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
 
@@ -176,20 +178,17 @@ def _grouped_mm_backward(ctx, grad: torch.Tensor):
 grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
 
 
-def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, expert: torch.Tensor,
-                   ends: torch.Tensor) -> torch.Tensor:
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     """x: [N, in], rows grouped by expert, group e ending at row ends[e] (ends[-1] = N: rows past it would come
-    back undefined); expert: [N] each row's expert, for the bias; weight: [E, out, in] -> [N, out]."""
+    back undefined); weight: [E, out, in] -> [N, out], no bias."""
     out_features = weight.shape[1]
     align = 16 // x.element_size()  # the kernels want every row to be a whole number of 16-byte units
     pad_in, pad_out = -x.shape[1] % align, -out_features % align
     if pad_in or pad_out:  # zero columns add nothing to the products
         x, weight = F.pad(x, (0, pad_in)), F.pad(weight, (0, pad_in, 0, pad_out))
     matmul = F.grouped_mm if x.is_cuda else grouped_mm  # CUDA's native op compiles as it is
-    y = matmul(x, weight.transpose(1, 2), offs=ends)[:, :out_features]
-    if bias is not None:
-        y = y + bias.index_select(0, expert)  # [N, out]; index_select: its backward is one index_add
-    return y
+    y = matmul(x, weight.transpose(1, 2), offs=ends)
+    return y[:, :out_features] if pad_out else y
 
 
 class Experts(nn.Module):
@@ -240,46 +239,66 @@ class Experts(nn.Module):
     def uses_grouped_mm(self, x: torch.Tensor) -> bool:
         if self.dispatch != "auto":
             return self.dispatch == "grouped_mm"
-        return grouped_mm_supported(x.device, compute_dtype(x)[0])
+        if not grouped_mm_supported(x.device, compute_dtype(x)[0]):
+            return False
+        # eager on a CPU with a few wide experts the loop measured faster (its matmuls take the bias; reading the
+        # group sizes costs nothing without a device); torch.compile needs grouped_mm (no graph break)
+        few_on_cpu = x.device.type == "cpu" and self.num_experts <= LOOP_MAX_EXPERTS_CPU
+        return not few_on_cpu or torch.compiler.is_compiling()
 
-    def forward(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """x: [N, D] rows sorted by expert; expert: [N] each row's expert, or E for a row no expert is meant to
-        compute (padding, over capacity), all of those at the end -> [N, D]. The caller weighs those rows 0:
-        grouped_mm runs them through the last expert (rows past its groups would come back undefined, in the
-        output and in the input's gradient; masking them costs two passes over [N, D], the few extra rows
-        less), the loop returns 0 for them."""
+        compute (padding, over capacity), all of those at the end; gate: [N] each row's weight (0 for those rows)
+        -> [N, D] the rows' gate-weighted outputs *without* the output bias (output_bias adds it per token, one
+        small matmul instead of a bias row per assignment). grouped_mm runs the unrouted rows through the last
+        expert (rows past its groups would come back undefined, in the output and in the input's gradient;
+        masking them costs two passes over [N, D], the few extra rows less) and their gate 0 zeroes them; the
+        loop returns 0 for them."""
         if not self.uses_grouped_mm(x):
-            return self._loop(x, expert)
+            return self._loop(x, expert, gate)
         E, N = self.num_experts, x.shape[0]
         last = torch.full((1,), N, dtype=torch.int32, device=x.device)
         ends = torch.cat([torch.searchsorted(expert, torch.arange(1, E, device=x.device)).to(torch.int32), last])
-        expert = expert.clamp(max=E - 1)  # [N]: for the biases
         dtype, autocast = compute_dtype(x)
         cast = (lambda t: t.to(dtype) if t is not None else None) if autocast else (lambda t: t)
-        h = self._hidden(grouped_linear(cast(x), cast(self.w_in), cast(self.b_in), expert, ends))
-        return grouped_linear(h, cast(self.w_out), cast(self.b_out), expert, ends)
+        h = grouped_linear(cast(x), cast(self.w_in), ends)
+        if self.b_in is not None:
+            h = h + cast(self.b_in).index_select(0, expert.clamp(max=E - 1))  # index_select: its backward is one index_add
+        return self._gated_output(h, gate, lambda h: grouped_linear(h, cast(self.w_out), ends))
 
-    def _loop(self, x: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+    def _gated_output(self, h: torch.Tensor, gate: torch.Tensor, project) -> torch.Tensor:
+        """Activation, dropout, the output projection `project` and the gate [..] on the hidden rows h [.., H]. The
+        projection is linear, so gate * (h W) = (gate * h) W: the gate multiplies the narrower of the hidden and
+        the output rows (fine-grained experts: H < D)."""
+        h = self._hidden(h)
+        gate = gate.unsqueeze(-1).to(h.dtype)
+        return project(h * gate) if h.shape[-1] <= self.w_out.shape[1] else project(h) * gate
+
+    def output_bias(self, weights: torch.Tensor) -> torch.Tensor | None:
+        """weights: [T, E] each token's gate on each expert (0 where not routed) -> [T, D] the gate-weighted sum
+        of the experts' output biases (None without biases)."""
+        return weights.to(self.b_out.dtype) @ self.b_out if self.b_out is not None else None
+
+    def _loop(self, x: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """One matmul pair per expert on its slice; the slice sizes are read to the host (a graph break)."""
         counts = torch.bincount(expert, minlength=self.num_experts + 1)[: self.num_experts].tolist()
         computed = sum(counts)
         # unbind once: its backward stacks the per-expert grads into one tensor (zeros for idle experts)
         w_in, w_out = self.w_in.unbind(0), self.w_out.unbind(0)
         b_in = self.b_in.unbind(0) if self.b_in is not None else [None] * len(counts)
-        b_out = self.b_out.unbind(0) if self.b_out is not None else [None] * len(counts)
         outputs = [  # idle experts too (empty slices), so every parameter is in the graph
-            F.linear(self._hidden(F.linear(chunk, w_in[e], b_in[e])), w_out[e], b_out[e])
-            for e, chunk in enumerate(x[:computed].split(counts))
+            self._gated_output(F.linear(chunk, w_in[e], b_in[e]), g, lambda h, e=e: F.linear(h, w_out[e]))
+            for e, (chunk, g) in enumerate(zip(x[:computed].split(counts), gate[:computed].split(counts)))
         ]
         return torch.cat([*outputs, x.new_zeros(x.shape[0] - computed, x.shape[1])])
 
-    def forward_batched(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [E, C, D], C tokens per expert -> [E, C, D] with one batched matmul per projection."""
+    def forward_batched(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """x: [E, C, D], C tokens per expert; gate: [E, C] -> [E, C, D] gate-weighted outputs without the output
+        bias (as forward), with one batched matmul per projection."""
         h = torch.bmm(x, self.w_in.transpose(1, 2))  # [E, C, H]
         if self.b_in is not None:
             h = h + self.b_in[:, None, :]
-        y = torch.bmm(self._hidden(h), self.w_out.transpose(1, 2))  # [E, C, D]
-        return y + self.b_out[:, None, :] if self.b_out is not None else y
+        return self._gated_output(h, gate, lambda h: torch.bmm(h, self.w_out.transpose(1, 2)))  # [E, C, D]
 
 
 def compute_dtype(x: torch.Tensor) -> tuple[torch.dtype, bool]:
@@ -379,20 +398,44 @@ class MixtureOfExperts(nn.Module):
         if capacity is not None:
             rank_in_expert = torch.arange(N * k, device=device) - (counts.cumsum(0) - counts)[sorted_expert]
             sorted_expert = sorted_expert.masked_fill(rank_in_expert >= capacity, E)  # over capacity: not run
+        kept = sorted_expert < E  # [N*k]; not: padding, over capacity
+        weight = torch.where(kept, gate[order], 0.0)
+        if capacity is not None:
             regroup = torch.argsort(sorted_expert, stable=True)  # the dropped join the padding at the end
-            order, sorted_expert = order[regroup], sorted_expert[regroup]
+            order, sorted_expert, weight = order[regroup], sorted_expert[regroup], weight[regroup]
         rows = row[order]
-        outputs = self.experts(tokens.index_select(0, rows), sorted_expert)  # [N*k, D], grouped by expert
-        weight = torch.where(sorted_expert < E, gate[order], 0.0)[:, None]  # 0: padding, over capacity
-        out = torch.zeros_like(tokens).index_add_(0, rows, (outputs * weight).to(tokens.dtype))
+        outputs = self.experts(tokens.index_select(0, rows), sorted_expert, weight)  # [N*k, D] weighted, by expert
+        out = self._combine(tokens, rows, sorted_expert, outputs, weight)
 
         counts = counts[:E]
         if self.training and self.moe.bias_update_rate:
             self._update_bias(counts)
         assignments = n_real * k
-        kept = (sorted_expert < E).sum()
+        kept = kept.sum()
         self._record(logits, scores, real, counts, dropped=(assignments - kept) / max_one(assignments))
         return out
+
+    def _run_slots(self, tokens: torch.Tensor, rows: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Experts on equal-sized groups: rows, gate [E, C] the token in each of expert e's C slots and its gate
+        (0: an empty slot) -> [N, D] combined."""
+        E, C = rows.shape
+        outputs = self.experts.forward_batched(tokens.index_select(0, rows.reshape(-1)).view(E, C, -1), gate)
+        expert = torch.arange(E, device=tokens.device).repeat_interleave(C)  # [E*C]
+        return self._combine(tokens, rows.reshape(-1), expert, outputs.reshape(E * C, -1), gate.reshape(-1))
+
+    def _combine(self, tokens: torch.Tensor, rows: torch.Tensor, expert: torch.Tensor, outputs: torch.Tensor,
+                 weight: torch.Tensor) -> torch.Tensor:
+        """Sum every token's gate-weighted expert outputs: outputs [A, D] of A assignments, rows [A] their tokens,
+        expert [A] their experts (E: none), weight [A] their gates (0: none) -> [N, D], with the experts' output
+        biases added as one [N, E] x [E, D] matmul of each token's gates."""
+        out = torch.zeros_like(tokens).index_add_(0, rows, outputs.to(tokens.dtype))
+        if self.experts.b_out is None:
+            return out
+        E = self.experts.num_experts
+        # accumulate: a (token, expert) pair carries one gate; its other entries (an empty slot's token 0, the
+        # unrun assignments' expert E) carry 0
+        weights = weight.new_zeros(tokens.shape[0], E + 1).index_put_((rows, expert), weight, accumulate=True)
+        return out + self.experts.output_bias(weights[:, :E]).to(out.dtype)
 
     @torch.no_grad()
     def _update_bias(self, counts: torch.Tensor) -> None:
@@ -409,9 +452,7 @@ class MixtureOfExperts(nn.Module):
         taken = torch.ones_like(gate, dtype=torch.bool)  # [E, C]
         if real is not None:
             taken = taken & (torch.arange(capacity, device=tokens.device) < self.capacity(real.sum()))
-        outputs = self.experts.forward_batched(tokens.index_select(0, rows.reshape(-1)).view(*rows.shape, -1))
-        values = (outputs * torch.where(taken, gate, 0.0)[..., None]).reshape(-1, tokens.shape[1])
-        out = torch.zeros_like(tokens).index_add_(0, rows.reshape(-1), values.to(tokens.dtype))
+        out = self._run_slots(tokens, rows, torch.where(taken, gate, 0.0))
 
         experts_per_token = torch.zeros(N, device=tokens.device).index_add_(0, rows.reshape(-1), taken.reshape(-1).float())
         untaken = experts_per_token == 0
