@@ -31,8 +31,8 @@ MUTANTS = [
     Mutant(
         "moe: experts' outputs applied in reverse order",
         MOE,
-        "out = torch.zeros_like(tokens).index_add_(0, rows, outputs.to(tokens.dtype))",
-        "out = torch.zeros_like(tokens).index_add_(0, rows.flip(0), outputs.to(tokens.dtype))",
+        "out = sum_rows_into(outputs.to(tokens.dtype), rows, tokens.shape[0])",
+        "out = sum_rows_into(outputs.to(tokens.dtype), rows.flip(0), tokens.shape[0])",
         REFERENCE,
     ),
     Mutant(
@@ -112,6 +112,13 @@ MUTANTS = [
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3",
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -1",
         ("tests/test_memory.py",),
+    ),
+    Mutant(
+        "moe: gather_rows' backward sums the gradients into the wrong rows",
+        MOE,
+        "(sum_rows_into(grad.contiguous(), ctx.saved_tensors[0], ctx.size), None)",
+        "(sum_rows_into(grad.contiguous(), ctx.saved_tensors[0].flip(0), ctx.size), None)",
+        REFERENCE,
     ),
     Mutant(
         "moe: z-loss not squared",
