@@ -116,8 +116,8 @@ MUTANTS = [
     Mutant(
         "moe: gather_rows' backward sums the gradients into the wrong rows",
         MOE,
-        "(sum_rows_into(grad.contiguous(), ctx.saved_tensors[0], ctx.size), None)",
-        "(sum_rows_into(grad.contiguous(), ctx.saved_tensors[0].flip(0), ctx.size), None)",
+        "(_sum_rows_into(grad.contiguous(), ctx.saved_tensors[0], ctx.size), None)",
+        "(_sum_rows_into(grad.contiguous(), ctx.saved_tensors[0].flip(0), ctx.size), None)",
         REFERENCE,
     ),
     Mutant(

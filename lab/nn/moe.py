@@ -180,27 +180,38 @@ def _grouped_mm_backward(ctx, grad: torch.Tensor):
 grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
 
 
-@torch.library.custom_op("lab::gather_rows", mutates_args=())
 def gather_rows(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """src.index_select(0, index) [len(index), ...], as an opaque op whose backward is sum_rows_into (an ATen
-    index_add). The built-in backward, and index_add itself, compile to atomic adds on a CPU: inductor's kernels
-    for the MoE layer's gathers and scatters ran 3-5x slower than ATen's (measured at 64 experts, 2 threads)."""
+    """src.index_select(0, index) -> [len(index), ...]. On a CPU as an opaque op whose backward is an ATen
+    index_add: the built-in backward, and index_add itself, compile to atomic adds there, and inductor's kernels
+    for the MoE layer's gathers and scatters ran 3-5x slower than ATen's (64 experts, 2 threads: the compiled
+    layer 1.6x slower than eager). On a GPU inductor's own kernels (what experiments/gpu measured)."""
+    return _gather_rows(src, index) if src.device.type == "cpu" else src.index_select(0, index)
+
+
+def sum_rows_into(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """[size, ...] zeros with every row src[i] added into row index[i] (index_add); on a CPU an opaque op (see
+    gather_rows)."""
+    if src.device.type == "cpu":
+        return _sum_rows_into(src, index, size)
+    return src.new_zeros(size, *src.shape[1:]).index_add_(0, index, src)
+
+
+@torch.library.custom_op("lab::gather_rows", mutates_args=())
+def _gather_rows(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return src.index_select(0, index)
 
 
 @torch.library.custom_op("lab::sum_rows_into", mutates_args=())
-def sum_rows_into(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
-    """[size, ...] zeros with every row src[i] added into row index[i] (index_add), as an opaque op whose
-    backward is gather_rows."""
+def _sum_rows_into(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
     return src.new_zeros(size, *src.shape[1:]).index_add_(0, index, src)
 
 
-@gather_rows.register_fake
+@_gather_rows.register_fake
 def _(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return src.new_empty(index.shape[0], *src.shape[1:])
 
 
-@sum_rows_into.register_fake
+@_sum_rows_into.register_fake
 def _(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
     return src.new_empty(size, *src.shape[1:])
 
@@ -210,11 +221,11 @@ def _keep_index(ctx, inputs, output) -> None:
     ctx.size = inputs[0].shape[0]
 
 
-gather_rows.register_autograd(
-    lambda ctx, grad: (sum_rows_into(grad.contiguous(), ctx.saved_tensors[0], ctx.size), None),
+_gather_rows.register_autograd(
+    lambda ctx, grad: (_sum_rows_into(grad.contiguous(), ctx.saved_tensors[0], ctx.size), None),
     setup_context=_keep_index)
-sum_rows_into.register_autograd(
-    lambda ctx, grad: (gather_rows(grad, ctx.saved_tensors[0]), None, None), setup_context=_keep_index)
+_sum_rows_into.register_autograd(
+    lambda ctx, grad: (_gather_rows(grad, ctx.saved_tensors[0]), None, None), setup_context=_keep_index)
 
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
