@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-python}
 RUNS=${LAB_RUNS_DIR:-runs}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-declare -A VARIANTS=(
+declare -A OVERRIDES=(  # not VARIANTS: that name is the environment variable that picks a subset
   [aux_loss]=""
   [aux_free]="model.moe.load_balance_weight=0 model.moe.bias_update_rate=0.001"
   [aux_free_sigmoid]="model.moe.load_balance_weight=0 model.moe.bias_update_rate=0.001 model.moe.gate=sigmoid"
@@ -24,7 +24,7 @@ for seed in "${SEEDS[@]}"; do
   for label in "${ORDER[@]}"; do
     # shellcheck disable=SC2086
     $PY -m lab.train +experiment=moe_ablation seed=$seed name=moe_balancing/$label/seed$seed \
-      logger.wandb.mode=disabled callbacks.progress=null ${VARIANTS[$label]}
+      logger.wandb.mode=disabled callbacks.progress=null ${OVERRIDES[$label]}
   done
 done
 [ -n "${NO_REPORT:-}" ] || $PY -m lab.report "$RUNS"/moe_balancing/aux_loss/seed*/* $(ls -d "$RUNS"/moe_balancing/*/seed*/*/ | grep -v /aux_loss/) \
