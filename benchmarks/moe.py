@@ -40,7 +40,7 @@ from torch import nn
 
 from lab.nn import TransformerConfig
 from lab.nn.ffn import make_ffn
-from lab.nn.moe import grouped_linear, make_moe
+from lab.nn.moe import compute_dtype, grouped_linear, make_moe
 from lab.nn.params import count_parameters
 from lab.runtime.callbacks.throughput import peak_flops
 from lab.runtime.memory import keep_freed_memory
@@ -105,9 +105,10 @@ class GroupedMatmulsAlone(nn.Module):
         self.register_buffer("ends", (torch.arange(1, E + 1) * (tokens * k // E)).to(torch.int32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = self.rows.detach().requires_grad_()  # a fresh leaf: its gradient is computed, never accumulated
-        h = F.gelu(grouped_linear(rows, self.w_in, self.ends), approximate="tanh")
-        return grouped_linear(h, self.w_out, self.ends).view(self.k, *x.shape).sum(0)
+        dtype = compute_dtype(x)[0]  # under autocast (GPU) the experts' dtype, as lab's Experts casts
+        rows = self.rows.to(dtype).detach().requires_grad_()  # a fresh leaf: its gradient computed, never accumulated
+        h = F.gelu(grouped_linear(rows, self.w_in.to(dtype), self.ends), approximate="tanh")
+        return grouped_linear(h, self.w_out.to(dtype), self.ends).view(self.k, *x.shape).sum(0)
 
 
 def layer_contenders(E: int, K: int, H: int, compile_: bool, seeds: bool, tokens: int = B * T) -> dict[str, nn.Module]:

@@ -292,7 +292,7 @@ class Experts(nn.Module):
         if not grouped_mm_supported(x.device, compute_dtype(x)[0]):
             return False
         # eager on a CPU with a few wide experts the loop measured faster (its matmuls take the bias; reading the
-        # group sizes costs nothing without a device); torch.compile needs grouped_mm (no graph break)
+        # group sizes costs nothing without a device); compiled: grouped_mm, whose shapes are static
         few_on_cpu = x.device.type == "cpu" and self.num_experts <= LOOP_MAX_EXPERTS_CPU
         return not few_on_cpu or torch.compiler.is_compiling()
 
@@ -330,7 +330,8 @@ class Experts(nn.Module):
         return weights.to(self.b_out.dtype) @ self.b_out if self.b_out is not None else None
 
     def _loop(self, x: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """One matmul pair per expert on its slice; the slice sizes are read to the host (a graph break)."""
+        """One matmul pair per expert on its slice; the slice sizes are read to the host (data-dependent shapes
+        under torch.compile)."""
         counts = torch.bincount(expert, minlength=self.num_experts + 1)[: self.num_experts].tolist()
         computed = sum(counts)
         # unbind once: its backward stacks the per-expert grads into one tensor (zeros for idle experts)
@@ -465,14 +466,6 @@ class MixtureOfExperts(nn.Module):
         self._record(logits, scores, real, counts, dropped=(assignments - kept) / max_one(assignments))
         return out
 
-    def _run_slots(self, tokens: torch.Tensor, rows: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """Experts on equal-sized groups: rows, gate [E, C] the token in each of expert e's C slots and its gate
-        (0: an empty slot) -> [N, D] combined."""
-        E, C = rows.shape
-        outputs = self.experts.forward_batched(gather_rows(tokens, rows.reshape(-1)).view(E, C, -1), gate)
-        expert = torch.arange(E, device=tokens.device).repeat_interleave(C)  # [E*C]
-        return self._combine(tokens, rows.reshape(-1), expert, outputs.reshape(E * C, -1), gate.reshape(-1))
-
     def _combine(self, tokens: torch.Tensor, rows: torch.Tensor, expert: torch.Tensor, outputs: torch.Tensor,
                  weight: torch.Tensor) -> torch.Tensor:
         """Sum every token's gate-weighted expert outputs: outputs [A, D] of A assignments, rows [A] their tokens,
@@ -482,8 +475,7 @@ class MixtureOfExperts(nn.Module):
         if self.experts.b_out is None:
             return out
         E = self.experts.num_experts
-        # accumulate: a (token, expert) pair carries one gate; its other entries (an empty slot's token 0, the
-        # unrun assignments' expert E) carry 0
+        # accumulate: a token meets an expert once, but its unrun assignments (gate 0) all land in column E
         weights = weight.new_zeros(tokens.shape[0], E + 1).index_put_((rows, expert), weight, accumulate=True)
         return out + self.experts.output_bias(weights[:, :E]).to(out.dtype)
 
@@ -502,7 +494,10 @@ class MixtureOfExperts(nn.Module):
         taken = torch.ones_like(gate, dtype=torch.bool)  # [E, C]
         if real is not None:
             taken = taken & (torch.arange(capacity, device=tokens.device) < self.capacity(real.sum()))
-        out = self._run_slots(tokens, rows, torch.where(taken, gate, 0.0))
+        weight = torch.where(taken, gate, 0.0)  # [E, C]
+        outputs = self.experts.forward_batched(gather_rows(tokens, rows.reshape(-1)).view(*rows.shape, -1), weight)
+        expert = torch.arange(rows.shape[0], device=tokens.device).repeat_interleave(capacity)  # [E*C]
+        out = self._combine(tokens, rows.reshape(-1), expert, outputs.reshape(-1, tokens.shape[1]), weight.reshape(-1))
 
         experts_per_token = torch.zeros(N, device=tokens.device).index_add_(0, rows.reshape(-1), taken.reshape(-1).float())
         untaken = experts_per_token == 0
