@@ -71,6 +71,10 @@ CASES = {
     "heads-do-not-divide-width": (["model.n_heads=3"], "is not divisible by model.n_heads=3"),
     "layers-zero": (["model.n_layers=0"], "model.n_layers=0 must be"),
     "missing-required-value": (["task.optimizer.lr=???"], "task.optimizer.lr is required but not set"),
+    # the experiment needs a checkpoint that its parent experiment's model config sets to null (??? could not
+    # mark it: it would silently fine-tune from nothing)
+    "pretrained-without-init-from": (["+experiment=encoder_classifier_pretrained", "logger.wandb.mode=disabled"],
+                                     "model.init_from is required here: give model.init_from=<path to an"),
     "added-key-nothing-takes": (["+model.nlayer=2"], "model.nlayer is not an argument of lab.models.gpt.GPT; did you mean model.n_layers?"),
     "added-data-key": (["+data.batchsize=3"], "data.batchsize is not an argument of lab.data.lm.LMDataModule; did you mean data.batch_size?"),
     "added-optimizer-key": (["+task.optimizer.lrate=1"], "task.optimizer.lrate is not an argument of torch.optim.AdamW"),

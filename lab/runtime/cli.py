@@ -37,9 +37,16 @@ def _optuna_direction(mode: str) -> str:
     return directions[mode]
 
 
+def _required(key: str, what: str) -> None:
+    """`${lab.required:model.init_from,an encoder_mlm checkpoint}`: a value an experiment cannot run without.
+    (`???` cannot mark it: OmegaConf's merge never lets `???` replace a value a config below already set.)"""
+    raise LabError(f"{key} is required here: give {key}=<{what}> on the command line")
+
+
 # Resolvers the configs use; registered when any entry point imports this module (before Hydra composes).
 OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
 OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
+OmegaConf.register_new_resolver("lab.required", _required, replace=True)
 OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.ranks
 
 
