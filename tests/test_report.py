@@ -322,3 +322,21 @@ def test_browser_renders_every_chart_and_shows_the_csvs_numbers(sweep, tmp_path)
     subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1300,2400",
                     f"--screenshot={shot}", page], capture_output=True, timeout=120, check=True)
     assert shot.stat().st_size > 50_000
+
+
+def test_sweep_view_joins_means_only_across_variants_that_agree_on_the_other_choices():
+    from lab.report.charts import sweep_view
+    from lab.report.runs import Run
+    from lab.report.stats import Variant
+
+    # a 2 x 2 sweep: lr in {1, 3} x layers in {2, 4}; loss = lr + 10 * layers, one seed each
+    variants = []
+    for lr in (1, 3):
+        for layers in (2, 4):
+            run = Run(f"lr{lr}-l{layers}", Path("."), {}, [], [{"step": 1.0, "val/loss": lr + 10.0 * layers}])
+            variants.append(Variant(f"lr={lr} layers={layers}", {"opt.lr": lr, "model.layers": layers}, [run]))
+    charts = dict(sweep_view(variants, ["opt.lr", "model.layers"], "val/loss"))
+    by_lr = {t.name: (list(t.x), list(t.y)) for t in charts["val/loss by opt.lr"].data if t.name != "runs"}
+    assert by_lr == {"mean, layers=2": ([1, 3], [21.0, 23.0]), "mean, layers=4": ([1, 3], [41.0, 43.0])}
+    by_layers = {t.name: (list(t.x), list(t.y)) for t in charts["val/loss by model.layers"].data if t.name != "runs"}
+    assert by_layers == {"mean, lr=1": ([2, 4], [21.0, 41.0]), "mean, lr=3": ([2, 4], [23.0, 43.0])}

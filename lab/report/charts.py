@@ -76,27 +76,30 @@ def _axis_values(values: list) -> tuple[list, bool]:
 
 
 def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tuple[str, go.Figure]]:
-    """The metric against each swept choice (every run a dot, the variant means joined), and a
-    parallel-coordinates view when there are 3 or more choices."""
+    """The metric against each swept choice (every run a dot; the variant means joined, one line per setting of
+    the other choices, so a line never mixes variants that differ elsewhere), and a parallel-coordinates view
+    when there are 3 or more choices."""
     out = []
     for key in keys:
         fig = go.Figure()
-        xs, ys, labels, means = [], [], [], []
+        xs, ys, labels = [], [], []
+        means: dict[str, list] = {}  # the other choices' setting -> [(this choice, variant mean)]
         for v in variants:
             values = v.values(metric)
             xs += [v.choices[key]] * len(values)
             ys += list(values.values())
             labels += [f"{v.label} {seed}" for seed in values]
             if values:
-                means.append((v.choices[key], sum(values.values()) / len(values)))
+                rest = " ".join(f"{k.rsplit('.', 1)[-1]}={v.choices[k]}" for k in keys if k != key)
+                means.setdefault(rest, []).append((v.choices[key], sum(values.values()) / len(values)))
         x_all, numeric = _axis_values(xs)
         fig.add_trace(go.Scatter(x=x_all, y=ys, mode="markers", name="runs", text=labels, marker=dict(size=8, opacity=0.6),
                                  hovertemplate="%{text}: %{y:.4g}"))
-        if means:
-            means.sort(key=lambda m: m[0] if numeric else str(m[0]))
-            mx, _ = _axis_values([m[0] for m in means])
-            fig.add_trace(go.Scatter(x=mx, y=[m[1] for m in means], mode="lines+markers", name="variant mean",
-                                     marker=dict(symbol="diamond", size=10)))
+        for rest, points in means.items():
+            points.sort(key=lambda m: m[0] if numeric else str(m[0]))
+            mx, _ = _axis_values([m[0] for m in points])
+            fig.add_trace(go.Scatter(x=mx, y=[m[1] for m in points], mode="lines+markers",
+                                     name=f"mean, {rest}" if rest else "variant mean", marker=dict(symbol="diamond", size=10)))
         fig = _layout(fig, f"{metric} by {key}", key, metric)
         fig.update_layout(hovermode="closest")
         levels = sorted(set(x_all)) if numeric else []
