@@ -121,6 +121,13 @@ MUTANTS = [
         REFERENCE,
     ),
     Mutant(
+        "moe: grouped_linear's weight gradient pairs each group's gradients with other rows",
+        MOE,
+        "grouped_mm(grad.t(), x, offs) if ctx.needs_input_grad[1]",
+        "grouped_mm(grad.t(), x.flip(0), offs) if ctx.needs_input_grad[1]",
+        REFERENCE,
+    ),
+    Mutant(
         "moe: z-loss not squared",
         MOE,
         "torch.logsumexp(logits, dim=-1).square()",

@@ -151,8 +151,8 @@ def grouped_mm_supported(device: torch.device, dtype: torch.dtype) -> bool:
 
 @torch.library.custom_op("lab::grouped_mm", mutates_args=())
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """torch._grouped_mm as an opaque op with its own shape function and backward: on CPU the kernel takes
-    float32, but the op's built-in fake implementation (what torch.compile traces with) accepts only bfloat16.
+    """torch._grouped_mm as an opaque op with its own shape function: on CPU the kernel takes float32, but the
+    op's built-in fake implementation (what torch.compile traces with) accepts only bfloat16.
     a [N, K] x b [E, K, M] -> [N, M] (row groups end at offs); a [K, N] x b [N, M] -> [E, K, M] (the weight
     gradient: groups along N)."""
     return torch._grouped_mm(a, b, offs=offs)
@@ -165,19 +165,32 @@ def _(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     return a.new_empty(offs.shape[0], a.shape[0], b.shape[1])
 
 
-def _grouped_mm_setup(ctx, inputs, output) -> None:
+@torch.library.custom_op("lab::grouped_linear", mutates_args=())
+def grouped_linear_cpu(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """x [N, in] x weight [E, out, in] (nn.Linear's layout) -> [N, out], row groups ending at offs. Its backward
+    gives the weight's gradient in the weight's own layout, grad^T x per group: the gradient of a transposed view
+    would come back transposed and autograd would copy it (two [E, out, in] copies per step, measured)."""
+    return torch._grouped_mm(x, weight.transpose(1, 2), offs=offs)
+
+
+@grouped_linear_cpu.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], weight.shape[1])
+
+
+def _grouped_linear_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(*inputs)
 
 
-def _grouped_mm_backward(ctx, grad: torch.Tensor):
-    a, b, offs = ctx.saved_tensors
+def _grouped_linear_backward(ctx, grad: torch.Tensor):
+    x, weight, offs = ctx.saved_tensors
     grad = grad.contiguous()
-    grad_a = grouped_mm(grad, b.transpose(1, 2), offs) if ctx.needs_input_grad[0] else None
-    grad_b = grouped_mm(a.t(), grad, offs) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b, None
+    grad_x = grouped_mm(grad, weight, offs) if ctx.needs_input_grad[0] else None  # [N, out] x [E, out, in]
+    grad_w = grouped_mm(grad.t(), x, offs) if ctx.needs_input_grad[1] else None  # [out, N] x [N, in] -> [E, out, in]
+    return grad_x, grad_w, None
 
 
-grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
+grouped_linear_cpu.register_autograd(_grouped_linear_backward, setup_context=_grouped_linear_setup)
 
 
 def gather_rows(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -236,8 +249,8 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) ->
     pad_in, pad_out = -x.shape[1] % align, -out_features % align
     if pad_in or pad_out:  # zero columns add nothing to the products
         x, weight = F.pad(x, (0, pad_in)), F.pad(weight, (0, pad_in, 0, pad_out))
-    matmul = F.grouped_mm if x.is_cuda else grouped_mm  # CUDA's native op compiles as it is
-    y = matmul(x, weight.transpose(1, 2), offs=ends)
+    # CUDA's native op compiles as it is
+    y = F.grouped_mm(x, weight.transpose(1, 2), offs=ends) if x.is_cuda else grouped_linear_cpu(x, weight, ends)
     return y[:, :out_features] if pad_out else y
 
 
