@@ -1,7 +1,7 @@
 """Mixture-of-experts speed, side by side in one process (CPU unless --device says otherwise).
 
     python benchmarks/moe.py --threads 2 [--reps 3] [--rounds 3] [--steps 20] [--clock wall|cpu] [--compile] [--no-seeds]
-        [--skip-layers] [--skip-model] [--glibc-defaults]
+        [--skip-layers] [--skip-model] [--glibc-defaults] [--experts-over-threads]
     python benchmarks/moe.py --device cuda [--batch-scale 8] [--compile]      # bf16 autocast, CUDA-synchronised timings, MFU
 
 1. One feed-forward layer, forward + backward at B=12, T=256, D=384 (gelu), for three expert layouts at equal
@@ -206,6 +206,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu | cuda (bf16 autocast)")
     parser.add_argument("--glibc-defaults", action="store_true",
                         help="leave glibc's malloc thresholds (lab.train raises them: lab.runtime.memory)")
+    parser.add_argument("--experts-over-threads", action="store_true",
+                        help="CPU: the experts' GEMMs side by side on one thread each (benchmarks/moe_cpu_expert_threads.py)")
     parser.add_argument("--batch-scale", type=int, default=1, help="multiply B of the layers and the models' batch (GPU)")
     args = parser.parse_args()
     if args.threads:
@@ -218,6 +220,11 @@ def main() -> None:
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name(device)}, bf16 autocast")
     else:
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    if args.experts_over_threads:
+        from moe_cpu_expert_threads import patch_grouped_mm  # beside this script: an experiment, not lab's code
+
+        patch_grouped_mm()
+        print("torch._grouped_mm on CPU replaced by the experts over threads (C++, at::parallel_for)")
 
     # wall: what a run sees; cpu: this process's CPU seconds, which other jobs on a loaded machine inflate far
     # less (use it with --threads 1: with more threads it also counts the threads' spinning)
