@@ -16,11 +16,15 @@ from lab.nn import TransformerConfig
 from lab.nn.moe import make_moe
 
 D = 16
+# Compiled, dispatch=auto is grouped_mm; eager at 4 experts on a CPU it would be the per-expert loop, whose GEMMs
+# sum in another order (gradients 1e-5 apart on an AMD host). Both sides run grouped_mm, so the tolerance can
+# stay at float32 rounding; each path against the per-token reference is tests/test_moe_reference.py.
+GROUPED = dict(num_experts=4, top_k=2, dispatch="grouped_mm")
 LAYERS = {  # id: (moe settings, causal)
-    "token-choice-capacity-decoder": (dict(num_experts=4, top_k=2, capacity_factor=0.75), True),
-    "token-choice-capacity-encoder": (dict(num_experts=4, top_k=2, capacity_factor=0.75), False),
+    "token-choice-capacity-decoder": (dict(GROUPED, capacity_factor=0.75), True),
+    "token-choice-capacity-encoder": (dict(GROUPED, capacity_factor=0.75), False),
     "token-choice-dropless-sigmoid-bias": (
-        dict(num_experts=4, top_k=2, capacity_factor=None, gate="sigmoid", bias_update_rate=0.01),
+        dict(GROUPED, capacity_factor=None, gate="sigmoid", bias_update_rate=0.01),
         True,
     ),
     "expert-choice": (dict(num_experts=4, top_k=2, router="expert_choice", capacity_factor=0.75), False),
@@ -63,7 +67,7 @@ def test_moe_block_compiles_as_one_graph_forward_and_backward(moe, causal):
 
 def test_whole_moe_gpt_compiles_as_one_graph_forward_and_backward():
     torch.manual_seed(0)
-    kw = dict(vocab_size=40, d_model=D, n_heads=2, n_layers=2, max_seq_len=12, moe=dict(num_experts=4, top_k=2))
+    kw = dict(vocab_size=40, d_model=D, n_heads=2, n_layers=2, max_seq_len=12, moe=GROUPED)
     eager = GPT(**kw)
     compiled = GPT(**kw)
     compiled.load_state_dict(eager.state_dict())
