@@ -147,14 +147,14 @@ def test_summary_numbers_equal_a_hand_computation(tmp_path):
     assert best.label == "lr=0.003" and report.baseline.label == "lr=0.001"
     summary = report.tables[0]
     row = dict(zip(summary.header, summary.rows[0]))
-    assert row["val/loss (final, mean ± std)"].value == pytest.approx(2.9)
-    assert row["val/loss (final, mean ± std)"].text == "2.90 ± 0.10"
+    assert row["val/loss (final at step 19, mean ± std)"].value == pytest.approx(2.9)
+    assert row["val/loss (final at step 19, mean ± std)"].text == "2.90 ± 0.10"
     half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, df=2) = 0.95 / sqrt(2 * 0.975 * 0.025)
     assert row["95% interval"].text == f"[{fmt(2.9 - half)}, {fmt(2.9 + half)}]"
-    assert row[f"Δ vs {base.label}"].value == pytest.approx(-0.2)
-    assert row["beyond seed noise?"].text.startswith("no (p=0.074, paired t-test)")
-    assert row["tokens/s"].text == "2,000 tok/s"  # median of the seeds' 1000, 2000, 3000
-    assert row["wall time"].text == "3s"  # train.log: "finished in 3.0s"
+    assert row[f"Δ vs {base.label} [95% CI]"].value == pytest.approx(-0.2)
+    assert row["p"].text == "p=0.074" and row["beyond seed noise?"].text == "no (paired t-test)"
+    assert row["tokens/s (median)"].text == "2,000 tok/s"  # median of the seeds' 1000, 2000, 3000
+    assert row["wall time (median, all attempts)"].text == "3s"  # train.log: "finished in 3.0s"
     assert summary.highlight == {0}
 
 
@@ -327,7 +327,7 @@ def test_browser_renders_every_chart_and_shows_the_csvs_numbers(sweep, tmp_path)
 def test_sweep_view_joins_means_only_across_variants_that_agree_on_the_other_choices():
     from lab.report.charts import sweep_view
     from lab.report.runs import Run
-    from lab.report.stats import Variant
+    from lab.report.variants import Variant
 
     # a 2 x 2 sweep: lr in {1, 3} x layers in {2, 4}; loss = lr + 10 * layers, one seed each
     variants = []

@@ -1,7 +1,8 @@
 """Review an ablation: `python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M]`.
 
-runs (find and load run directories) -> stats (seeds grouped into variants, mean ± std, intervals, tests)
--> tables and charts -> renderers (html: one interactive offline page; markdown: the tables).
+runs (find and load run directories) -> variants (seeds grouped, read at a common budget) -> stats (numbers
+only: mean ± std, intervals, tests) -> tables and charts -> renderers (html: one interactive offline page;
+markdown: the tables). Imports go one way along that line (import-linter contract in pyproject.toml).
 """
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ from pathlib import Path
 from lab.errors import LabError
 from lab.report import charts, tables
 from lab.report.runs import Run, Skipped, common_parent, find_runs, load_run
-from lab.report.stats import Variant, group_variants, is_moe, metric_columns, sort_variants
+from lab.report.stats import is_moe
+from lab.report.variants import (
+    BUDGETS,
+    VALUES,
+    Budget,
+    Variant,
+    common_step,
+    group_variants,
+    metric_columns,
+    sort_variants,
+)
 
 
 @dataclass
@@ -23,8 +34,23 @@ class Report:
     baseline: Variant
     keys: list[str]
     skipped: list[Skipped]
+    budget: Budget
+    budget_note: str  # where the runs are compared, in words: said above the summary
     tables: list[tables.Table]
     sections: list[tuple[str, list[tuple[str, object]]]]  # (section title, [(chart title, plotly figure)])
+
+    def intro(self) -> list[str]:
+        """What the summary means, in sentences both renderers print above it."""
+        holm = sum(v is not self.baseline for v in self.variants) > 1
+        return [
+            f"Variants group runs that differ only by seed. Metric: {self.metric}; mean ± sample std over seeds, "
+            "95% t-interval of the mean.",
+            self.budget_note,
+            f"Baseline: {self.baseline.label}. Δ is the mean difference (per seed when the seeds match) with its 95% "
+            "interval; effect size d_z = mean / std of the per-seed differences (paired), d = Δ / pooled std "
+            "(Welch). Beyond seed noise when p < 0.05 (paired t-test when the seeds match, else Welch's)"
+            + ("; p is Holm-adjusted over the variants compared with the baseline." if holm else "."),
+        ]
 
 
 def pick_metric(runs: list[Run], columns: list[str], metric: str | None) -> str:
@@ -51,13 +77,47 @@ def pick_baseline(variants: list[Variant], baseline: str | None) -> Variant:
     return matches[0]
 
 
-def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None) -> Report:
+def pick_budget(runs: list[Run], metric: str, budget: str, which: str) -> tuple[Budget, str]:
+    """-> (the budget every run is read at, the sentence that says so)."""
+    value = "best value up to then" if which == "best" else "last logged value"
+    if budget == "finished":
+        return Budget(None, which), f"Finished runs only, each at its end ({value.replace(' up to then', '')})."
+    step = common_step(runs, metric)
+    if step is None:
+        return Budget(None, which), "No run logged the metric yet."
+    reached = [r.last_step for r in runs if r.series(metric)[1] and r.last_step is not None]
+    if len(set(reached)) == 1:
+        return Budget(step, which), f"Every run reached step {step:,.0f}; each run's {value} at that step is compared."
+    short = sum(s < max(reached) for s in reached)
+    return Budget(step, which), (
+        f"Compared at step {step:,.0f}, the largest step every run with a value reached: {short} of {len(reached)} "
+        f"runs stopped before the furthest (step {max(reached):,.0f}); each run's {value} at step {step:,.0f} is "
+        "compared. For finished runs only, at their end: --budget finished.")
+
+
+def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None, budget: str = "common",
+            which: str = "final") -> Report:
+    """budget: "common" (every run read at the largest step all runs with a value reached) or "finished"
+    (finished runs only, at their end); which: "final" value there, or the "best" one up to there."""
+    if budget not in BUDGETS or which not in VALUES:
+        raise LabError(f"--budget {budget} --value {which}: choose --budget from {', '.join(BUDGETS)} and "
+                       f"--value from {', '.join(VALUES)}")
     run_paths, skipped = find_runs(paths)
     root = common_parent(run_paths) if len(run_paths) > 1 else run_paths[0].parent
     runs = [load_run(p, root) for p in run_paths]
+    if budget == "finished":
+        skipped += [Skipped(r.path, f"{r.status}, not finished: left out by --budget finished") for r in runs
+                    if r.status != "finished"]
+        runs = [r for r in runs if r.status == "finished"]
+        if not runs:
+            raise LabError("--budget finished: no run has finished yet; leave it out to compare the runs at the "
+                           "largest step they all reached")
     columns = metric_columns(runs)
     metric = pick_metric(runs, columns, metric)
+    at, budget_note = pick_budget(runs, metric, budget, which)
     variants, keys = group_variants(runs)
+    for v in variants:
+        v.budget = at
     base = pick_baseline(variants, baseline)  # before sorting: "the first" is the first given
     variants = sort_variants(variants, metric)
     curve_cols = tables.curve_columns(runs, columns)
@@ -72,5 +132,14 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
                   tables.runs_table(variants, metric)]
     if skipped:
         table_list.append(tables.skipped_table(skipped))
-    title = f"lab report: {len(variants)} variants, {len(runs)} runs in {root}"
-    return Report(title, metric, runs, variants, base, keys, skipped, table_list, [s for s in sections if s[1]])
+    title = f"lab report: {len(variants)} variants, {len(runs)} runs in {shown_path(root)}"
+    return Report(title, metric, runs, variants, base, keys, skipped, at, budget_note, table_list,
+                  [s for s in sections if s[1]])
+
+
+def shown_path(path: Path) -> str:
+    """A path as short as it is unambiguous: relative to the cwd when under it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,4 +1,5 @@
-"""python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--out DIR] [--watch]"""
+"""python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--budget common|finished]
+[--value final|best] [--out DIR] [--watch]"""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ def render(args) -> Path:
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
-    report = collect(args.paths, args.metric, args.baseline)
+    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value)
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
@@ -45,9 +46,16 @@ def render(args) -> Path:
 
 
 def _signature(paths: list[Path]) -> tuple:
-    """What changes when any run writes: every file's (path, mtime, size) under the given paths."""
+    """What changes when any run writes: every file's (path, mtime, size) under the given paths (globs
+    matched again each time: a sweep's new job directories count)."""
+    from lab.report.runs import expand  # noqa: PLC0415
+
     files = []
-    for p in paths:
+    try:
+        expanded = expand(paths)
+    except LabError:  # a glob matching nothing yet
+        return ()
+    for p in expanded:
         for f in [p] if p.is_file() else p.rglob("*"):
             if f.name in ("metrics.csv", "config.yaml", "status.json", "train.log", "hparams.yaml"):
                 st = f.stat()
@@ -62,6 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="multirun directories, run directories, or globs of them")
     parser.add_argument("--metric", default=None, help="the metric to rank and test (default: the runs' optimized_metric, else val/loss)")
     parser.add_argument("--baseline", default=None, help="the variant the others are compared with (default: the first given)")
+    parser.add_argument("--budget", choices=("common", "finished"), default="common",
+                        help="common: every run at the largest step all runs with a value reached (default); "
+                             "finished: finished runs only, each at its end")
+    parser.add_argument("--value", choices=("final", "best"), default="final",
+                        help="each run's last value of the metric at the budget, or its best value up to it")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")

@@ -12,7 +12,7 @@ from plotly.colors import qualitative
 from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_front
 
 if TYPE_CHECKING:
-    from lab.report.stats import Variant
+    from lab.report.variants import Variant
 
 PALETTE = qualitative.D3 + qualitative.Dark24  # hex colours (bands add transparency)
 LOG_TOGGLE = [dict(type="buttons", direction="left", x=1.0, xanchor="right", y=1.16, showactive=True, buttons=[
@@ -37,24 +37,27 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
-def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[float | None]]:
-    """(steps, mean over the seeds that logged each step, std or None) for one variant."""
+def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[float | None], list[int]]:
+    """(steps, mean over the seeds that logged each step, std or None, how many seeds that is) for one variant."""
     by_step: dict[float, list[float]] = defaultdict(list)
     for r in v.runs:
         for s, y in zip(*r.series(column)):
             by_step[s].append(y)
     steps = sorted(by_step)
     stats = [Stat(by_step[s]) for s in steps]
-    return steps, [st.mean for st in stats], [st.std for st in stats]
+    return steps, [st.mean for st in stats], [st.std for st in stats], [st.n for st in stats]
 
 
 def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Figure]]:
-    """Every metric against step: a line per variant (mean over seeds) and a ± 1 std band when it has seeds."""
+    """Every metric against step: a line per variant (mean over the seeds that logged each step; hover and
+    legend say how many), a ± 1 std band when it has seeds, each seed's own curve (hidden until the page's
+    "seeds" switch or a legend click shows it), and a dotted line at the common step the runs are compared
+    at when some stopped earlier."""
     out = []
     for column in columns:
         fig = go.Figure()
         for i, v in enumerate(variants):
-            steps, mean, std = seed_curve(v, column)
+            steps, mean, std, n = seed_curve(v, column)
             if not steps:
                 continue
             if len(v.runs) > 1 and any(s is not None for s in std):
@@ -62,10 +65,23 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                 lower = [m - (s or 0.0) for m, s in zip(mean, std)]
                 fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
                                          fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
-                                         legendgroup=v.label, name=f"{v.label} ± std"))
+                                         legendgroup=v.label, name=f"{v.label} ± std", meta="band"))
+            n_text = f"n={min(n)}-{max(n)}" if min(n) != max(n) else f"n={n[0]}"
             fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
-                                     line=dict(color=color(i), width=1.6), legendgroup=v.label,
-                                     name=f"{v.label} (n={len(v.runs)})", hovertemplate="%{y:.4g}"))
+                                     line=dict(color=color(i), width=1.6), legendgroup=v.label, customdata=n,
+                                     name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})", meta="mean"))
+            for r in v.runs:
+                xs, ys = r.series(column)
+                if len(v.runs) > 1 and xs:
+                    flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
+                    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
+                                             line=dict(color=color(i), width=0.8, dash="dot"), name=f"{v.label} {v.seed_label(r)}{flag}",
+                                             hovertemplate="%{y:.4g}", meta="seed"))
+        budget = variants[0].budget.step if variants else None
+        last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
+        if budget is not None and last_steps and max(last_steps) > budget:
+            fig.add_vline(x=budget, line=dict(dash="dot", color="#888"), annotation_text=f"compared at step {budget:,.0f}",
+                          annotation_font_size=10)
         out.append((column, _layout(fig, column, "step", column)))
     return out
 
@@ -98,7 +114,8 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
         for rest, points in means.items():
             points.sort(key=lambda m: m[0] if numeric else str(m[0]))
             mx, _ = _axis_values([m[0] for m in points])
-            fig.add_trace(go.Scatter(x=mx, y=[m[1] for m in points], mode="lines+markers",
+            # a line between categorical values would suggest an order and values in between that do not exist
+            fig.add_trace(go.Scatter(x=mx, y=[m[1] for m in points], mode="lines+markers" if numeric else "markers",
                                      name=f"mean, {rest}" if rest else "variant mean", marker=dict(symbol="diamond", size=10)))
         fig = _layout(fig, f"{metric} by {key}", key, metric)
         fig.update_layout(hovermode="closest")
@@ -145,7 +162,7 @@ def cost_scatter(variants: list[Variant], metric: str) -> list[tuple[str, go.Fig
         if not points:
             continue
         fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers+text", text=names,
-                                   textposition="middle right", error_y=dict(type="data", array=errors, visible=True),
+                                   textposition="top center", cliponaxis=False, error_y=dict(type="data", array=errors, visible=True),
                                    marker=dict(size=10, color=[color(i) for i in range(len(points))]), name="variants",
                                    hovertemplate="%{text}: %{y:.4g} at %{x:,.0f}"))
         if direction is not None and len(points) > 1:
@@ -170,10 +187,10 @@ def moe_charts(variants: list[Variant], columns: list[str]) -> list[tuple[str, g
         for layer in layers:
             cols = sorted((c for c in experts if c.startswith(layer)), key=lambda c: int(EXPERT.search(c).group(1)))
             curves_ = [seed_curve(v, c) for c in cols]
-            steps = sorted({s for st, _, _ in curves_ for s in st})
+            steps = sorted({s for st, _, _, _ in curves_ for s in st})
             if not steps:
                 continue
-            z = [[dict(zip(st, mean)).get(s) for s in steps] for st, mean, _ in curves_]
+            z = [[dict(zip(st, mean)).get(s) for s in steps] for st, mean, _, _ in curves_]
             name = layer.split("/moe/")[-1].strip("/")
             fig = go.Figure(go.Heatmap(z=z, x=steps, y=[f"expert {EXPERT.search(c).group(1)}" for c in cols],
                                        colorscale="Viridis", colorbar=dict(title="share"),
@@ -185,10 +202,10 @@ def moe_charts(variants: list[Variant], columns: list[str]) -> list[tuple[str, g
         fig = go.Figure()
         for i, v in enumerate(variants):
             per_layer = [seed_curve(v, c) for c in dropped]
-            steps = sorted({s for st, _, _ in per_layer for s in st})
+            steps = sorted({s for st, _, _, _ in per_layer for s in st})
             means = []
             for s in steps:
-                vals = [dict(zip(st, m)).get(s) for st, m, _ in per_layer]
+                vals = [dict(zip(st, m)).get(s) for st, m, _, _ in per_layer]
                 vals = [x for x in vals if x is not None]
                 means.append(sum(vals) / len(vals))
             if steps:

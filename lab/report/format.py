@@ -19,10 +19,10 @@ def fmt(v, digits: int = 4) -> str:
 
 def fmt_pm(mean: float, std: float | None) -> str:
     """'3.460 ± 0.026': the std to 2 significant digits and the mean to the same decimals (at least as many as
-    fmt gives it); the mean alone for a single run."""
-    if std is None:
+    fmt gives it); the mean alone for a single run or when every run has the same value."""
+    if std is None or std == 0:  # a value every seed shares (a schedule's lr) has no spread to show
         return fmt(mean)
-    if std == 0 or not math.isfinite(std):
+    if not math.isfinite(std):
         return f"{fmt(mean)} ± {fmt(std)}"
     shown = fmt(mean)
     mean_decimals = len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0

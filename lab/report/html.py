@@ -55,9 +55,7 @@ def render(report: Report) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
-        f'<p class="note">Variants group runs that differ only by seed. Metric: <b>{html.escape(report.metric)}</b> '
-        f"(final value per run; mean ± sample std over seeds, 95% t-interval). Baseline: <b>{html.escape(report.baseline.label)}</b>; "
-        "a difference is beyond seed noise when p &lt; 0.05 (paired t-test when the seeds match, else Welch's).</p>",
+        *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),
         "<h2>Summary</h2>", table(summary),
     ]
     i = 0
@@ -67,7 +65,7 @@ def render(report: Report) -> str:
             parts.append(_chart(i, chart_title, fig))
             i += 1
         parts.append("</div>")
-    parts += ["<h2>Final metrics (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
+    parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
     if skipped:
         parts += ["<h2>Not shown</h2>", table(skipped[0])]
     parts.append("</body></html>")

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from lab.report.tables import Table
 
 GENERATOR = "<!-- written by lab.report -->"
-TITLES = {"summary": "Summary", "metrics": "Final metrics (mean ± std over seeds)", "runs": "Runs", "skipped": "Not shown"}
+TITLES = {"summary": "Summary", "metrics": "Every metric at the compared step (mean ± std over seeds)", "runs": "Runs", "skipped": "Not shown"}
 
 
 def table(t: Table) -> str:
@@ -23,10 +23,7 @@ def table(t: Table) -> str:
 
 
 def render(report: Report) -> str:
-    intro = (f"Metric: `{report.metric}` (final value per run; mean ± sample std over seeds, 95% t-interval). "
-             f"Baseline: `{report.baseline.label}`; beyond seed noise when p < 0.05 (paired t-test when seeds match, "
-             "else Welch's). Best variant in bold.")
-    parts = [GENERATOR, f"# {report.title}", intro]
+    parts = [GENERATOR, f"# {report.title}", " ".join(report.intro()) + " Best variant in bold."]
     for t in report.tables:
         parts += [f"## {TITLES.get(t.name, t.name)}", table(t)]
     return "\n\n".join(parts) + "\n"

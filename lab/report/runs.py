@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ from pathlib import Path
 import yaml
 
 from lab.errors import LabError
-from lab.report.stats import metric_direction
 
 # A run whose files have not changed for this long, with no end recorded, is shown as stopped, not running.
 RUNNING_WINDOW_S = 120
@@ -31,7 +29,8 @@ class Run:
     params: dict[str, int] = field(default_factory=dict)
     status: str = "finished"  # finished | running | stopped (no end recorded) | interrupted | failed
     status_note: str = ""  # the error line of a failed run, or why a run is taken to be stopped
-    wall_s: float | None = None  # launch to end, from train.log's closing line
+    wall_s: float | None = None  # time spent training over all attempts (status.json), else train.log's closing line
+    attempts: int = 1  # launches of this run (status.json): > 1 means it was resumed
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -42,12 +41,9 @@ class Run:
         values = self.series(column)[1]
         return values[-1] if values else None
 
-    def best(self, column: str) -> float | None:
-        values = [v for v in self.series(column)[1] if math.isfinite(v)]
-        direction = metric_direction(column)
-        if not values or direction is None:
-            return None
-        return min(values) if direction == "min" else max(values)
+    @property
+    def resumed(self) -> bool:
+        return self.attempts > 1
 
     @property
     def last_step(self) -> int | None:
@@ -90,17 +86,26 @@ def read_csv(path: Path) -> list[dict[str, float]]:
     return rows
 
 
-def _expand(paths: list[Path]) -> list[Path]:
-    """Shell-style globs the shell did not expand (quoted, or from another tool) become the paths they match."""
+def expand(paths: list[Path]) -> list[Path]:
+    """Absolute paths (so run names and the common root never depend on the cwd), with shell-style globs the
+    shell did not expand (quoted, or from another tool) replaced by the directories they match: a glob like
+    `sweep/*` also matches files (multirun.yaml, report.html), which are not runs."""
+    return [p for p, _ in _expand(paths)]
+
+
+def _expand(paths: list[Path]) -> list[tuple[Path, bool]]:
+    """expand, with whether each path came from a glob."""
     out = []
     for p in paths:
         if not p.exists() and glob.has_magic(str(p)):
-            matches = sorted(Path(m) for m in glob.glob(str(p)))
+            matches = sorted(Path(m).resolve() for m in glob.glob(str(p)) if Path(m).is_dir())
             if not matches:
-                raise LabError(f"{p} matches nothing; pass a multirun directory, run directories or a glob that matches them")
-            out += matches
+                raise LabError(f"{p} matches no directory; pass a multirun directory, run directories or a glob that matches them")
+            out += [(m, True) for m in matches]
+        elif not p.exists():
+            raise LabError(f"{p} does not exist; pass a multirun directory, run directories or a glob")
         else:
-            out.append(p)
+            out.append((p.resolve(), False))
     return out
 
 
@@ -109,14 +114,14 @@ def find_runs(paths: list[Path]) -> tuple[list[Path], list[Skipped]]:
     ones that cannot be shown (no metrics yet), with the reason: a run is never dropped without saying so."""
     found: list[Path] = []
     skipped: list[Skipped] = []
-    for p in _expand(paths):
-        if not p.exists():
-            raise LabError(f"{p} does not exist; pass a multirun directory, run directories or a glob")
+    for p, globbed in _expand(paths):
         candidates = [p] if (p / "config.yaml").is_file() else sorted(
             (c.parent for c in p.rglob("config.yaml") if ".hydra" not in c.parts and "wandb" not in c.parts),
-            key=lambda d: [int(s) if s.isdigit() else s for s in d.relative_to(p).parts],
+            key=lambda d: [(0, int(s), "") if s.isdigit() else (1, 0, s) for s in d.relative_to(p).parts],  # job 10 after 9
         )
-        if not candidates:
+        if not candidates and globbed:  # one directory a glob matched that holds no run: said, not fatal
+            skipped.append(Skipped(p, "matched by the glob, but holds no run (no config.yaml written by lab.train)"))
+        elif not candidates:
             raise LabError(f"no runs under {p}: a run directory has config.yaml and csv/metrics.csv (written by lab.train)")
         for c in candidates:
             if c in found or any(s.path == c for s in skipped):
@@ -131,19 +136,23 @@ def find_runs(paths: list[Path]) -> tuple[list[Path], list[Skipped]]:
     return found, skipped
 
 
+def read_status(path: Path) -> dict:
+    """status.json (lab.runtime.sweeps) as a dict; {} when the run wrote none or it is unreadable."""
+    try:
+        data = json.loads((path / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def run_status(path: Path, now: float | None = None) -> tuple[str, str]:
     """How a run ended: status.json when the run wrote one (finished / interrupted / failed, with the error),
     else train.log's closing line; a run with neither is running while its files still change."""
-    status_file = path / "status.json"
-    if status_file.is_file():
-        try:
-            data = json.loads(status_file.read_text())
-            state = str(data.get("status") or data.get("state") or "")
-            if state:
-                state = {"completed": "finished"}.get(state, state)
-                return state, str(data.get("error") or data.get("reason") or "")
-        except (json.JSONDecodeError, AttributeError):
-            pass
+    data = read_status(path)
+    state = str(data.get("status") or data.get("state") or "")
+    if state and state != "running":  # "running" is checked against the files below: a killed job says so too
+        state = {"completed": "finished"}.get(state, state)
+        return state, str(data.get("error") or data.get("reason") or "")
     log = path / "train.log"
     if log.is_file() and "finished in" in log.read_text(errors="replace")[-4000:]:
         return "finished", ""
@@ -167,11 +176,13 @@ def load_run(path: Path, root: Path) -> Run:
                 params[key.split("/")[1]] = int(value)
     name = str(path.relative_to(root)) if path != root else path.name
     status, note = run_status(path)
+    recorded = read_status(path)
     log = path / "train.log"
     wall = re.findall(r"finished in ([0-9.]+)s", log.read_text(errors="replace")[-4000:]) if log.is_file() else []
+    wall_s = recorded.get("wall_s") or (float(wall[-1]) if wall else None)
     return Run(name=name, path=path, config=config, overrides=list(overrides or []),
                rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note,
-               wall_s=float(wall[-1]) if wall else None)
+               wall_s=wall_s, attempts=int(recorded.get("attempts") or 1))
 
 
 def common_parent(paths: list[Path]) -> Path:

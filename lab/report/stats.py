@@ -1,23 +1,17 @@
-"""Aggregation over runs: metric directions, grouping seeds into variants, mean ± std and 95% intervals,
-and whether a variant differs from the baseline beyond seed noise (scipy's t-tests)."""
+"""Statistics over numbers: metric directions, mean ± std and 95% intervals, a variant against the baseline
+(paired or Welch t-test with the difference's interval and an effect size), Holm's correction, medians and
+the Pareto front. Nothing here knows how runs are read or grouped (lab.report.runs, lab.report.variants)."""
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lab.report.runs import Run
+from dataclasses import dataclass
 
 # Metric direction by name: lower is better for losses, higher for scores; others are shown, not ranked.
 LOWER_BETTER = ("loss", "ppl", "perplexity", "bpb", "error", "wer", "cer")
 HIGHER_BETTER = ("acc", "bleu", "chrf", "f1", "precision", "recall", "mfu", "tokens_per_s", "auc")
-# Config keys that differ between any two runs without being a choice (where and when the run was written).
-NOT_CHOICES = ("paths.", "dir", "save_dir", "default_root_dir", "dirpath", "ckpt_path", "cache_dir")
-X_COLUMNS = ("step", "epoch")
 EXPERT = re.compile(r"expert_(\d+)$")
-ALPHA = 0.05  # "beyond seed noise" means p < ALPHA
+ALPHA = 0.05  # "beyond seed noise" means p < ALPHA (Holm-adjusted when several variants are compared)
 
 
 def metric_direction(column: str) -> str | None:
@@ -29,34 +23,15 @@ def metric_direction(column: str) -> str | None:
     return None
 
 
-def is_seed(key: str) -> bool:
-    """`seed`, `data.seed`, ...: what repeats of one variant differ by."""
-    return key.rsplit(".", 1)[-1] == "seed"
-
-
-def is_location(key: str) -> bool:
-    """Where a run was written, its name (a label: studies often put the variant and seed in it) and its
-    identity (the W&B run id each job of a sweep gets)."""
-    return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] in ("name", "id")
-
-
-def choice_keys(runs: list[Run]) -> list[str]:
-    """Config keys whose values differ between runs, other than seeds, locations and names: the choices."""
-    keys = sorted({k for r in runs for k in r.config})
-    return [k for k in keys if not is_location(k) and not is_seed(k) and len({repr(r.config.get(k)) for r in runs}) > 1]
-
-
-def metric_columns(runs: list[Run]) -> list[str]:
-    cols: dict[str, None] = {}
-    for r in runs:
-        for row in r.rows:
-            cols.update(dict.fromkeys(k for k in row if k not in X_COLUMNS))
-    return sorted(cols, key=lambda c: (c.split("/")[0] not in ("val", "test", "train"), c))
-
-
 def is_moe(column: str) -> bool:
     """MoE routing columns: `<stage>/moe/<layer>/...` (lab tasks) or `moe/...`."""
     return "moe" in column.split("/")[:2]
+
+
+def _t(df: float) -> float:
+    from scipy import stats  # noqa: PLC0415 - scipy is only needed once there are seeds
+
+    return float(stats.t.ppf(1 - ALPHA / 2, df))
 
 
 @dataclass
@@ -85,27 +60,32 @@ class Stat:
         """95% confidence interval of the mean (Student's t with n - 1 degrees of freedom)."""
         if self.n < 2:
             return None
-        from scipy import stats  # noqa: PLC0415 - scipy is only needed once there are seeds
-
-        half = stats.t.ppf(1 - ALPHA / 2, self.n - 1) * self.std / math.sqrt(self.n)
+        half = _t(self.n - 1) * self.std / math.sqrt(self.n)
         return self.mean - half, self.mean + half
 
 
 @dataclass
 class Comparison:
     """A variant against the baseline on one metric."""
-    diff: float  # mean(variant) - mean(baseline)
-    p: float | None  # None: no test possible (n = 1, or no variance)
-    test: str  # "Welch t-test", "paired t-test (seeds matched)", or why there is none
+    diff: float  # mean(variant) - mean(baseline); for paired seeds also the mean per-seed difference
+    p: float | None  # None: no test possible (n = 1, no variance, values at different steps)
+    test: str  # "paired t-test", "Welch t-test", or why there is none
+    interval: tuple[float, float] | None = None  # 95% confidence interval of diff
+    effect: float | None = None  # standardised difference: Cohen's d_z (paired) or d (pooled std, Welch)
+    effect_name: str = ""
+    p_adjusted: float | None = None  # Holm-adjusted over the variants compared with one baseline
 
     @property
     def significant(self) -> bool:
-        return self.p is not None and self.p < ALPHA
+        p = self.p_adjusted if self.p_adjusted is not None else self.p
+        return p is not None and p < ALPHA
 
 
 def compare(baseline: dict[str, float], variant: dict[str, float]) -> Comparison:
     """baseline / variant: seed label -> metric value. Seeds matching exactly (2 or more) -> paired t-test on
-    the per-seed differences; else Welch's t-test (unequal variances); one run on either side -> no test."""
+    the per-seed differences (interval of their mean, d_z = mean / std of the differences); else Welch's
+    t-test (unequal variances; Welch-Satterthwaite interval, d = difference / pooled std); one run on
+    either side -> no test."""
     from scipy import stats  # noqa: PLC0415
 
     a, b = list(baseline.values()), list(variant.values())
@@ -114,77 +94,32 @@ def compare(baseline: dict[str, float], variant: dict[str, float]) -> Comparison
         return Comparison(diff, None, "no seeds, no test")
     if set(baseline) == set(variant):
         seeds = sorted(baseline)
-        d = [variant[s] - baseline[s] for s in seeds]
-        if max(d) == min(d):
+        d = Stat([variant[s] - baseline[s] for s in seeds])
+        if max(d.values) == min(d.values):
             return Comparison(diff, None, "identical differences, no test")
-        return Comparison(diff, float(stats.ttest_rel([variant[s] for s in seeds], [baseline[s] for s in seeds]).pvalue),
-                          "paired t-test")
-    if max(a) == min(a) and max(b) == min(b):
+        p = float(stats.ttest_rel([variant[s] for s in seeds], [baseline[s] for s in seeds]).pvalue)
+        return Comparison(d.mean, p, "paired t-test", d.interval, d.mean / d.std, "d_z")
+    sa, sb = Stat(a), Stat(b)
+    if sa.std == 0 and sb.std == 0:
         return Comparison(diff, None, "no variance, no test")
-    return Comparison(diff, float(stats.ttest_ind(b, a, equal_var=False).pvalue), "Welch t-test")
+    va, vb = sa.std**2 / sa.n, sb.std**2 / sb.n
+    df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
+    half = _t(df) * math.sqrt(va + vb)
+    pooled = math.sqrt(((sa.n - 1) * sa.std**2 + (sb.n - 1) * sb.std**2) / (sa.n + sb.n - 2))
+    p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    return Comparison(diff, p, "Welch t-test", (diff - half, diff + half), diff / pooled, "d")
 
 
-@dataclass
-class Variant:
-    """Runs that differ only by seed (and location)."""
-    label: str
-    choices: dict[str, object]  # choice key -> value
-    runs: list[Run] = field(default_factory=list)
-
-    def seed_label(self, run: Run) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(run.config.items()) if is_seed(k)) or run.name
-
-    def values(self, column: str) -> dict[str, float]:
-        """seed label -> the run's final value of column (runs that did not log it are left out)."""
-        out = {}
-        for r in self.runs:
-            v = r.final(column)
-            if v is not None and math.isfinite(v):
-                out[self.seed_label(r)] = v
-        return out
-
-    def stat(self, column: str) -> Stat | None:
-        values = list(self.values(column).values())
-        return Stat(values) if values else None
-
-    def param(self, kind: str) -> int | None:
-        counts = {r.params.get(kind) for r in self.runs} - {None}
-        return counts.pop() if len(counts) == 1 else None
-
-    def throughput(self) -> float | None:
-        """Median over the variant's runs of each run's median global tokens/s."""
-        per_run = [median(r.series("perf/tokens_per_s_global")[1]) for r in self.runs]
-        return median([v for v in per_run if v is not None])
-
-
-def group_variants(runs: list[Run]) -> tuple[list[Variant], list[str]]:
-    """-> (variants in first-seen order, the choice keys). A variant is labelled by its runs' `name` when that
-    tells the variants apart (one name per variant, a different one for each), else by its choices (the last
-    component of each key)."""
-    keys = choice_keys(runs)
-    by_key: dict[tuple, Variant] = {}
-    for r in runs:
-        key = tuple(repr(r.config.get(k)) for k in keys)
-        if key not in by_key:
-            choices = {k: r.config.get(k) for k in keys}
-            label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in choices.items()) or r.config.get("name") or r.name
-            by_key[key] = Variant(str(label), choices)
-        by_key[key].runs.append(r)
-    variants = list(by_key.values())
-    names = [{str(r.config.get("name")) for r in v.runs} for v in variants]
-    if len(variants) > 1 and all(len(n) == 1 for n in names) and len({n.pop() for n in names}) == len(variants):
-        for v in variants:
-            v.label = str(v.runs[0].config.get("name"))
-    return variants, keys
-
-
-def sort_variants(variants: list[Variant], metric: str) -> list[Variant]:
-    """Best first in the metric's direction (variants without the metric last); unranked metrics keep order."""
-    direction = metric_direction(metric)
-    if direction is None:
-        return variants
-    sign = 1 if direction == "min" else -1
-    return sorted(variants, key=lambda v: (v.stat(metric) is None, sign * (v.stat(metric).mean if v.stat(metric) else 0)))
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (family-wise error rate) of the p-values that exist; None stays None.
+    Sorted ascending, the i-th (from 0) of m becomes max over j <= i of min(1, (m - j) p_j)."""
+    present = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running, m = 0.0, len(present)
+    for rank, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
 
 
 def median(values: list[float]) -> float | None:

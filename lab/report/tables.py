@@ -5,11 +5,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lab.report.format import fmt, fmt_diff, fmt_duration, fmt_p, fmt_pm
-from lab.report.stats import X_COLUMNS, compare, median, metric_direction
+from lab.report.stats import Comparison, compare, holm, median, metric_direction
+from lab.report.variants import X_COLUMNS
 
 if TYPE_CHECKING:
     from lab.report.runs import Run, Skipped
-    from lab.report.stats import Variant
+    from lab.report.variants import Variant
 
 
 @dataclass
@@ -31,36 +32,67 @@ def _c(v) -> Cell:
 
 
 def status_counts(runs: list[Run]) -> str:
+    """'2 finished, 1 interrupted (1 resumed)': how the runs ended, and how many were resumed."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
-    return ", ".join(f"{n} {s}" for s, n in counts.items())
+    resumed = sum(r.resumed for r in runs)
+    return ", ".join(f"{n} {s}" for s, n in counts.items()) + (f" ({resumed} resumed)" if resumed else "")
+
+
+def comparisons(variants: list[Variant], metric: str, baseline: Variant) -> dict[str, Comparison]:
+    """variant label -> its comparison with the baseline. Values read at different steps are not tested
+    (a run stopped early would be compared with one trained longer); with more than one variant against the
+    baseline the p-values are Holm-adjusted (family-wise error rate over those comparisons)."""
+    base = baseline.points(metric)
+    out: dict[str, Comparison] = {}
+    for v in variants:
+        mine = v.points(metric)
+        if v is baseline or not base or not mine:
+            continue
+        cmp = compare({s: p[1] for s, p in base.items()}, {s: p[1] for s, p in mine.items()})
+        steps = {p[0] for p in (*base.values(), *mine.values())}
+        if v.budget.step is not None and len(steps) > 1 and v.budget.which == "final":
+            cmp = Comparison(cmp.diff, None, f"no test: values at steps {min(steps):,.0f}-{max(steps):,.0f}")
+        out[v.label] = cmp
+    if len(out) > 1:
+        for cmp, adjusted in zip(out.values(), holm([c.p for c in out.values()])):
+            cmp.p_adjusted = adjusted
+    return out
 
 
 def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Variant) -> Table:
-    """One row per variant: choices, n, the metric's mean ± std and 95% interval, the difference from the
-    baseline and its test, how the runs ended, parameters, throughput. Best variant highlighted."""
+    """One row per variant: choices, n, the metric's mean ± std and 95% interval at the budget, the
+    difference from the baseline with its interval, effect size and test (Holm-adjusted with several
+    variants), how the runs ended, parameters, throughput, wall time. Best variant highlighted."""
     short = [k.rsplit(".", 1)[-1] if sum(x.rsplit(".", 1)[-1] == k.rsplit(".", 1)[-1] for x in keys) == 1 else k for k in keys]
-    table = Table("summary", ["variant", *short, "n", f"{metric} (final, mean ± std)", "95% interval",
-                              f"Δ vs {baseline.label}", "beyond seed noise?", "runs", "params", "active params", "tokens/s", "wall time"])
-    base_values = baseline.values(metric)
+    cmps = comparisons(variants, metric, baseline)
+    holm_note = " (Holm)" if any(c.p_adjusted is not None for c in cmps.values()) else ""
+    which = "best" if baseline.budget.which == "best" else "final"
+    at = f" at step {baseline.budget.step:,.0f}" if baseline.budget.step is not None else ""
+    table = Table("summary", ["variant", *short, "n", f"{metric} ({which}{at}, mean ± std)", "95% interval",
+                              f"Δ vs {baseline.label} [95% CI]", "effect size", f"p{holm_note}", "beyond seed noise?",
+                              "runs", "params", "active params", "tokens/s (median)", "wall time (median, all attempts)"])
     for v in variants:
         stat = v.stat(metric)
-        row = [Cell(v.label), *(_c(v.choices[k]) for k in keys), Cell(str(len(v.runs)), len(v.runs))]
+        row = [Cell(v.label), *(_c(v.choices[k]) for k in keys), Cell(str(stat.n if stat else 0), stat.n if stat else 0)]
         if stat is None:
-            row += [Cell("—"), Cell(""), Cell(""), Cell("")]
+            row += [Cell("—"), Cell(""), Cell(""), Cell(""), Cell(""), Cell("")]
         else:
             ci = stat.interval
             row += [Cell(fmt_pm(stat.mean, stat.std), stat.mean),
                     Cell(f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "n = 1")]
+            cmp = cmps.get(v.label)
             if v is baseline:
-                row += [Cell("baseline"), Cell("")]
-            elif not base_values:
-                row += [Cell(""), Cell("")]
+                row += [Cell("baseline"), Cell(""), Cell(""), Cell("")]
+            elif cmp is None:
+                row += [Cell(""), Cell(""), Cell(""), Cell("")]
             else:
-                cmp = compare(base_values, v.values(metric))
-                verdict = f"{'yes' if cmp.significant else 'no'} ({fmt_p(cmp.p)}, {cmp.test})" if cmp.p is not None else cmp.test
-                row += [Cell(fmt_diff(cmp.diff), cmp.diff), Cell(verdict, cmp.p)]
+                diff = fmt_diff(cmp.diff) + (f" [{fmt_diff(cmp.interval[0])}, {fmt_diff(cmp.interval[1])}]" if cmp.interval else "")
+                effect = f"{cmp.effect_name}={cmp.effect:+.2f}" if cmp.effect is not None else ""
+                p = cmp.p_adjusted if cmp.p_adjusted is not None else cmp.p
+                verdict = f"{'yes' if cmp.significant else 'no'} ({cmp.test})" if cmp.p is not None else cmp.test
+                row += [Cell(diff, cmp.diff), Cell(effect, cmp.effect), Cell(fmt_p(p), p), Cell(verdict, p)]
         tps = v.throughput()
         wall = median([r.wall_s for r in v.runs])
         row += [Cell(status_counts(v.runs)), _c(v.param("total")), _c(v.param("active")),
@@ -72,7 +104,7 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
 
 
 def final_metrics(variants: list[Variant], columns: list[str]) -> Table:
-    """Every metric's final value per variant: mean ± std over its seeds (n when some runs lack it)."""
+    """Every metric's value per variant at the budget: mean ± std over its seeds (n when some runs lack it)."""
     table = Table("metrics", ["variant", *columns])
     for v in variants:
         cells = [Cell(v.label)]
@@ -88,12 +120,18 @@ def final_metrics(variants: list[Variant], columns: list[str]) -> Table:
 
 
 def runs_table(variants: list[Variant], metric: str) -> Table:
-    """Every run: its variant, seed, how it ended, the last step it logged, its metric and overrides."""
-    table = Table("runs", ["run", "variant", "seed", "status", "last step", metric, "overrides"])
+    """Every run: its variant, seed, how it ended (and whether it was resumed), the last step it logged, its
+    metric at the budget (with the step it was read at) and at its end, its overrides."""
+    table = Table("runs", ["run", "variant", "seed", "status", "last step", f"{metric} (compared)", "read at step",
+                           f"{metric} (last logged)", "overrides"])
     for v in variants:
         for r in v.runs:
             status = r.status + (f": {r.status_note}" if r.status_note else "")
+            if r.resumed:
+                status += f" (resumed: {r.attempts} attempts)"
+            point = v.budget.point(r, metric)
             table.rows.append([Cell(r.name), Cell(v.label), Cell(v.seed_label(r)), Cell(status), _c(r.last_step),
+                               _c(point[1] if point else None), _c(point[0] if point else None),
                                _c(r.final(metric)), Cell(" ".join(r.overrides))])
     return table
 

@@ -1,0 +1,134 @@
+"""Runs grouped into variants (runs that differ only by seed), read at a common budget: by default the
+largest step every run with a value reached, so a run stopped early (interrupted, still running) is never
+compared with one trained longer; or, with `--budget finished`, finished runs only, each at its end."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from lab.report.runs import Run
+from lab.report.stats import Stat, median, metric_direction
+
+# Config keys that differ between any two runs without being a choice (where and when the run was written).
+NOT_CHOICES = ("paths.", "dir", "save_dir", "default_root_dir", "dirpath", "ckpt_path", "cache_dir")
+X_COLUMNS = ("step", "epoch")
+BUDGETS = ("common", "finished")
+VALUES = ("final", "best")
+
+
+def is_seed(key: str) -> bool:
+    """`seed`, `data.seed`, ...: what repeats of one variant differ by."""
+    return key.rsplit(".", 1)[-1] == "seed"
+
+
+def is_location(key: str) -> bool:
+    """Where a run was written, its name (a label: studies often put the variant and seed in it) and its
+    identity (the W&B run id each job of a sweep gets)."""
+    return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] in ("name", "id")
+
+
+def choice_keys(runs: list[Run]) -> list[str]:
+    """Config keys whose values differ between runs, other than seeds, locations and names: the choices."""
+    keys = sorted({k for r in runs for k in r.config})
+    return [k for k in keys if not is_location(k) and not is_seed(k) and len({repr(r.config.get(k)) for r in runs}) > 1]
+
+
+def metric_columns(runs: list[Run]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in runs:
+        for row in r.rows:
+            cols.update(dict.fromkeys(k for k in row if k not in X_COLUMNS))
+    return sorted(cols, key=lambda c: (c.split("/")[0] not in ("val", "test", "train"), c))
+
+
+@dataclass
+class Budget:
+    """Where each run's value of a metric is read. step: the last logged value at or before it (None: each
+    run's last). which: that value ("final") or the best one up to there ("best", in the metric's direction)."""
+    step: float | None = None
+    which: str = "final"
+
+    def point(self, run: Run, column: str) -> tuple[float, float] | None:
+        """(step, value) of the run's column under this budget; None when it logged none by then."""
+        pts = [(s, v) for s, v in zip(*run.series(column)) if self.step is None or s <= self.step]
+        if not pts:
+            return None
+        direction = metric_direction(column)
+        finite = [p for p in pts if math.isfinite(p[1])]
+        if self.which == "best" and direction is not None and finite:
+            return (min if direction == "min" else max)(finite, key=lambda p: p[1])
+        return pts[-1]
+
+
+def common_step(runs: list[Run], metric: str) -> float | None:
+    """The largest step every run that logged the metric reached (its last logged step of any column):
+    runs stopped earlier set it, runs that logged no value yet do not. None when no run logged the metric."""
+    reached = [r.last_step for r in runs if r.series(metric)[1] and r.last_step is not None]
+    return min(reached) if reached else None
+
+
+@dataclass
+class Variant:
+    """Runs that differ only by seed (and location)."""
+    label: str
+    choices: dict[str, object]  # choice key -> value
+    runs: list[Run] = field(default_factory=list)
+    budget: Budget = field(default_factory=Budget)
+
+    def seed_label(self, run: Run) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(run.config.items()) if is_seed(k)) or run.name
+
+    def points(self, column: str) -> dict[str, tuple[float, float]]:
+        """seed label -> (step, value) of the run's column at the budget (runs without one left out)."""
+        out = {}
+        for r in self.runs:
+            p = self.budget.point(r, column)
+            if p is not None and math.isfinite(p[1]):
+                out[self.seed_label(r)] = p
+        return out
+
+    def values(self, column: str) -> dict[str, float]:
+        return {seed: v for seed, (_, v) in self.points(column).items()}
+
+    def stat(self, column: str) -> Stat | None:
+        values = list(self.values(column).values())
+        return Stat(values) if values else None
+
+    def param(self, kind: str) -> int | None:
+        counts = {r.params.get(kind) for r in self.runs} - {None}
+        return counts.pop() if len(counts) == 1 else None
+
+    def throughput(self) -> float | None:
+        """Median over the variant's runs of each run's median global tokens/s (all its logged steps)."""
+        per_run = [median(r.series("perf/tokens_per_s_global")[1]) for r in self.runs]
+        return median([v for v in per_run if v is not None])
+
+
+def group_variants(runs: list[Run]) -> tuple[list[Variant], list[str]]:
+    """-> (variants in first-seen order, the choice keys). A variant is labelled by its runs' `name` when that
+    tells the variants apart (one name per variant, a different one for each), else by its choices (the last
+    component of each key)."""
+    keys = choice_keys(runs)
+    by_key: dict[tuple, Variant] = {}
+    for r in runs:
+        key = tuple(repr(r.config.get(k)) for k in keys)
+        if key not in by_key:
+            choices = {k: r.config.get(k) for k in keys}
+            label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in choices.items()) or r.config.get("name") or r.name
+            by_key[key] = Variant(str(label), choices)
+        by_key[key].runs.append(r)
+    variants = list(by_key.values())
+    names = [{str(r.config.get("name")) for r in v.runs} for v in variants]
+    if len(variants) > 1 and all(len(n) == 1 for n in names) and len({n.pop() for n in names}) == len(variants):
+        for v in variants:
+            v.label = str(v.runs[0].config.get("name"))
+    return variants, keys
+
+
+def sort_variants(variants: list[Variant], metric: str) -> list[Variant]:
+    """Best first in the metric's direction (variants without the metric last); unranked metrics keep order."""
+    direction = metric_direction(metric)
+    if direction is None:
+        return variants
+    sign = 1 if direction == "min" else -1
+    return sorted(variants, key=lambda v: (v.stat(metric) is None, sign * (v.stat(metric).mean if v.stat(metric) else 0)))
