@@ -18,7 +18,7 @@ from conftest import ROOT, TINY_LM, run_dirs, run_module, train
 
 from lab.report import collect
 from lab.report.format import fmt, fmt_duration, fmt_pm
-from lab.report.stats import compare, pareto_front
+from lab.report.stats import compare, holm, pareto_front
 
 # Two single-process jobs differing in depth; W&B disabled: the report needs only what runs write locally.
 ARGS = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval"))] + [
@@ -340,3 +340,202 @@ def test_sweep_view_joins_means_only_across_variants_that_agree_on_the_other_cho
     assert by_lr == {"mean, layers=2": ([1, 3], [21.0, 23.0]), "mean, layers=4": ([1, 3], [41.0, 43.0])}
     by_layers = {t.name: (list(t.x), list(t.y)) for t in charts["val/loss by model.layers"].data if t.name != "runs"}
     assert by_layers == {"mean, lr=1": ([2, 4], [21.0, 41.0]), "mean, lr=3": ([2, 4], [23.0, 43.0])}
+
+
+# ---------------------------------------------------------------------------------------------- documented commands
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*/run.sh")),
+        *sorted((ROOT / "experiments").glob("*/README.md"))]
+COMMAND = re.compile(r"(?:python|\$PY) -m lab\.report (.+)$")
+ABSOLUTE_IN_DOCS = "/tmp/runs-issue5"  # an absolute runs dir a README names: recreated under tmp_path
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        for line in doc.read_text().replace("\\\n", " ").splitlines():  # continued lines joined
+            if (m := COMMAND.search(line)) and "<multirun dir" not in line:
+                found.append((f"{doc.relative_to(ROOT)}: {m.group(1)[:60]}", m.group(1)))
+    return found
+
+
+def _shell_words(args: str, cwd: Path, noglob: bool) -> list[str]:
+    """The arguments bash passes for `args` (variables, quotes, comments, and globs unless noglob)."""
+    script = ("set -f; " if noglob else "") + f"printf '%s\\0' {args}"
+    out = subprocess.run(["bash", "-c", script], cwd=cwd, env={"PATH": os.environ["PATH"], "RUNS": "runs"},
+                         capture_output=True, text=True, check=True).stdout
+    return [w for w in out.split("\0")[:-1] if w != "--watch"]  # --watch is tested on its own
+
+
+def _runs_for(word: str, n_paths: int, options: dict[str, str], cwd: Path) -> None:
+    """Synthetic runs where a documented path or glob expects them: 2 variants x 2 seeds."""
+    path = Path(word) if Path(word).is_absolute() else cwd / word
+    baseline, metric = options.get("--baseline"), options.get("--metric", "val/loss")
+    cfg = lambda name, seed, depth: {"name": name, "seed": seed, "model": {"n_layers": depth}, "optimized_metric": "val/loss"}  # noqa: E731
+    rows = lambda seed, depth: [{"step": 9, "val/loss": 3.0 - depth / 10 + seed / 100, metric: 20.0 + depth + seed / 10}]  # noqa: E731
+    if "*" in word:  # every * a directory level of its own: variant-seed names
+        for depth, name in ((1, baseline or "base"), (2, "other")):
+            for seed in (1, 2):
+                write_run(Path(str(path).replace("*", f"{name}-{seed}")), cfg(name, seed, depth), rows(seed, depth))
+    elif n_paths == 1:  # a multirun directory, as Hydra writes it
+        path.mkdir(parents=True)
+        (path / "multirun.yaml").write_text("hydra: {}\n")
+        for job, (depth, seed) in enumerate((d, s) for d in (1, 2) for s in (1, 2)):
+            write_run(path / str(job), cfg("x", seed, depth), rows(seed, depth))
+    else:  # one run directory per path
+        write_run(path, cfg("x", 1, len(list(path.parent.parent.rglob("config.yaml")))), rows(1, 1))
+
+
+@pytest.mark.parametrize("args", [a for _, a in documented_commands()], ids=[i for i, _ in documented_commands()])
+def test_every_documented_report_command_works_as_written(args, tmp_path, monkeypatch):
+    """Each `python -m lab.report ...` in README, docs, experiments' READMEs and run.sh, run as the shell
+    would (relative paths from a cwd, quoted globs, shell globs, absolute paths), over runs placed where it
+    expects them: a report is written where the docs say."""
+    from lab.report.__main__ import main
+
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    args = args.replace("<time>", "2026-11-21_23-18-26_630852").replace(ABSOLUTE_IN_DOCS, str(tmp_path / "abs"))
+    words = _shell_words(args, cwd, noglob=True)
+    options = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and i + 1 < len(words)}
+    paths = [w for i, w in enumerate(words) if not w.startswith("--") and not (i and words[i - 1] in options)]
+    for p in paths:
+        _runs_for(p, len(paths), options, cwd)
+    monkeypatch.chdir(cwd)
+    main([*_shell_words(args, cwd, noglob=False), "--wandb", "off"])
+    out = Path(options["--out"]) if "--out" in options else (Path(paths[0]) if len(paths) == 1 and "*" not in paths[0] else Path("."))
+    md = (out / "report.md").read_text()
+    assert re.search(r"# lab report: 2 variants, (4|2) runs in ", md), md[:300]
+    if "--baseline" in options:
+        assert f"Baseline: {options['--baseline']}." in md
+
+
+def test_relative_paths_work_from_any_cwd_and_give_the_same_names(tmp_path, monkeypatch):
+    root = _ablation(tmp_path / "runs" / "abl")
+    (root / "multirun.yaml").write_text("hydra: {}\n")  # a glob `abl/*` matches it: not a run, not an error
+    monkeypatch.chdir(tmp_path / "runs")
+    names = [r.name for r in collect([Path("abl")]).runs]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert [r.name for r in collect([Path("../runs/abl")]).runs] == names == [str(i) for i in range(6)]
+    assert [r.name for r in collect([Path("../runs/abl/*")]).runs] == names
+    assert [r.name for r in collect([Path("../runs/abl/0"), Path("../runs/abl/3")]).runs] == ["0", "3"]
+
+
+# ---------------------------------------------------------------------------------------------- common budget
+
+def _curve_run(path: Path, variant: str, seed: int, last: int, slope: float, status: dict | None = None,
+               jitter: float = 0.01) -> Path:
+    """val/loss every 100 steps up to `last`, falling with `slope` per step; train/loss every 50."""
+    rows = [{"step": s, "train/loss": 5.0 - slope * s} for s in range(50, last + 1, 50)]
+    for r in rows:
+        if r["step"] % 100 == 0:
+            r["val/loss"] = 4.0 - slope * r["step"] + seed * jitter
+    return write_run(path, {"name": "pos", "seed": seed, "model": {"positions": variant}, "optimized_metric": "val/loss"},
+                     rows, finished=status is None, status=status)
+
+
+def test_an_interrupted_run_sets_the_common_step_and_is_marked_where_its_numbers_appear(tmp_path):
+    """2 variants x 3 seeds to step 400; one rotary job interrupted at step 200 and resumed once before."""
+    for job, (variant, seed) in enumerate((v, s) for v in ("learned", "rotary") for s in (1, 2, 3)):
+        stopped = variant == "rotary" and seed == 3
+        _curve_run(tmp_path / str(job), variant, seed, 200 if stopped else 400, 0.004 if variant == "rotary" else 0.003,
+                   status={"state": "interrupted", "attempts": 2} if stopped else None)
+    report = collect([tmp_path])
+    assert report.budget.step == 200
+    assert "Compared at step 200" in report.budget_note and "1 of 6 runs stopped before the furthest (step 400)" in report.budget_note
+    rotary = next(v for v in report.variants if v.label == "positions=rotary")
+    hand = [4.0 - 0.004 * 200 + s / 100 for s in (1, 2, 3)]  # every seed at step 200, not the others' step 400
+    assert rotary.stat("val/loss").mean == pytest.approx(sum(hand) / 3)
+    summary = report.tables[0]
+    row = dict(zip(summary.header, (c.text for c in summary.rows[0])))
+    assert row["runs"] == "2 finished, 1 interrupted (1 resumed)"
+    runs = {r[0].text: dict(zip(report.tables[2].header, (c.text for c in r))) for r in report.tables[2].rows}
+    assert runs["5"]["status"] == "interrupted (resumed: 2 attempts)" and runs["5"]["read at step"] == "200"
+    assert runs["0"]["read at step"] == "200" and runs["0"]["val/loss (last logged)"] == fmt(4.0 - 0.003 * 400 + 0.01)
+    # curves: n per point, a dotted line at the compared step, each seed's curve marked
+    (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "val/loss"]
+    mean = next(t for t in fig.data if t.meta == "mean" and t.name.startswith("positions=rotary"))
+    assert mean.name == "positions=rotary (n=2-3)" and dict(zip(mean.x, mean.customdata)) == {100: 3, 200: 3, 300: 2, 400: 2}
+    assert any(t.name.endswith("[interrupted, resumed]") for t in fig.data if t.meta == "seed")
+    assert fig.layout.shapes[0].x0 == 200
+
+
+def test_mid_sweep_watch_compares_at_the_step_both_reached_not_at_their_ends(tmp_path):
+    """One variant finished (step 400), the other's runs still at step 100: equal curves, so no difference
+    may be claimed (read at their ends, 400 vs 100, the further-trained one looks far better)."""
+    for job, (variant, seed) in enumerate((v, s) for v in ("learned", "rotary") for s in (1, 2, 3)):
+        _curve_run(tmp_path / str(job), variant, seed, 400 if variant == "learned" else 100, 0.003,
+                   status=None if variant == "learned" else {"state": "running"}, jitter=0.01 if variant == "learned" else 0.015)
+    report = collect([tmp_path])
+    assert report.budget.step == 100
+    rows = {r[0].text: dict(zip(report.tables[0].header, r)) for r in report.tables[0].rows}
+    other = rows["positions=rotary"]
+    # at step 100 the per-seed differences are 0.005, 0.010, 0.015: mean 0.01, sd 0.005, t = 3.46, p = 0.074
+    assert other["Δ vs positions=learned [95% CI]"].value == pytest.approx(0.01)
+    assert other["p"].value == pytest.approx(t_pvalue(0.01 / (0.005 / math.sqrt(3)), 2), rel=1e-4)
+    assert other["beyond seed noise?"].text == "no (paired t-test)"
+    ends = collect([tmp_path], budget="finished")  # finished runs only: the running ones are listed as left out
+    assert {r.config["model.positions"] for r in ends.runs} == {"learned"} and len(ends.skipped) == 3
+    assert all("not finished: left out by --budget finished" in s.reason for s in ends.skipped)
+
+
+def test_values_read_at_different_steps_are_never_tested(tmp_path):
+    """Runs that validate at different steps: at the common step 300, one variant's value is from step 300
+    and the other's from step 200 (its last validation before it): no test is stated."""
+    for job, (every, seed) in enumerate((e, s) for e in (100, 120) for s in (1, 2, 3)):
+        rows = [{"step": s, "train/loss": 4.0} for s in range(10, 301, 10)]
+        for r in rows:
+            if r["step"] % every == 0:
+                r["val/loss"] = 3.0 - r["step"] / 1000 + seed * seed / 100
+        write_run(tmp_path / str(job), {"name": "v", "seed": seed, "val_every": every}, rows)
+    report = collect([tmp_path])
+    assert report.budget.step == 300
+    texts = [dict(zip(report.tables[0].header, (c.text for c in r))) for r in report.tables[0].rows]
+    assert [t["beyond seed noise?"] for t in texts if t["beyond seed noise?"] != ""] == ["no test: values at steps 240-300"]
+
+
+def test_best_value_is_the_best_up_to_the_common_step(tmp_path):
+    for seed in (1, 2):
+        rows = [{"step": s, "val/loss": v + seed / 100} for s, v in ((100, 3.0), (200, 2.5), (300, 2.7), (400, 2.0))]
+        write_run(tmp_path / f"a{seed}", {"name": "a", "seed": seed, "d": 1}, rows)
+        write_run(tmp_path / f"b{seed}", {"name": "b", "seed": seed, "d": 2}, rows[:3])  # stopped at 300
+    report = collect([tmp_path], which="best")
+    assert report.budget.step == 300
+    assert {v.label: v.values("val/loss") for v in report.variants} == {
+        "a": {"seed=1": 2.51, "seed=2": 2.52}, "b": {"seed=1": 2.51, "seed=2": 2.52}}  # step 200's, not 400's 2.0
+
+
+def test_paired_interval_and_effect_size_equal_the_hand_computation():
+    c = compare({"1": 3.0, "2": 3.2, "3": 3.1}, {"1": 2.8, "2": 2.9, "3": 3.0})  # differences -0.2, -0.3, -0.1
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
+    assert c.interval == pytest.approx((-0.2 - half, -0.2 + half)) and c.effect == pytest.approx(-2.0)  # -0.2 / 0.1
+    assert c.effect_name == "d_z"
+
+
+def test_welch_interval_and_effect_size_equal_the_hand_computation():
+    from scipy import stats as st
+
+    c = compare({"1": 3.0, "2": 3.2, "3": 3.1, "4": 3.3}, {"5": 2.5, "6": 2.9, "7": 2.7})
+    va, vb = 0.05 / 3, 0.08 / 2  # sums of squares / (n - 1)
+    se = math.sqrt(va / 4 + vb / 3)
+    df = (va / 4 + vb / 3) ** 2 / ((va / 4) ** 2 / 3 + (vb / 3) ** 2 / 2)
+    half = st.t.ppf(0.975, df) * se
+    assert c.interval == pytest.approx((-0.45 - half, -0.45 + half))
+    assert c.effect == pytest.approx(-0.45 / math.sqrt((3 * va + 2 * vb) / 5)) and c.effect_name == "d"
+
+
+def test_holm_adjustment_equals_the_hand_computation():
+    # sorted 0.01, 0.03, 0.04 -> 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, max(0.06, 1 x 0.04) = 0.06
+    assert holm([0.04, None, 0.01, 0.03]) == [pytest.approx(0.06), None, pytest.approx(0.03), pytest.approx(0.06)]
+    assert holm([0.5, 0.6]) == [pytest.approx(1.0), pytest.approx(1.0)]  # capped at 1
+
+
+def test_three_variants_are_holm_corrected_and_say_so(tmp_path):
+    values = {(lr, s): 3.0 - lr * 100 + s * s * lr for lr in (1e-3, 2e-3, 3e-3) for s in (1, 2, 3)}
+    report = collect([_ablation(tmp_path, lrs=(1e-3, 2e-3, 3e-3), values=values)])
+    summary = report.tables[0]
+    assert "p (Holm)" in summary.header and "Holm-adjusted" in report.intro()[2]
+    raw = [compare(report.baseline.values("val/loss"), v.values("val/loss")).p for v in report.variants if v is not report.baseline]
+    shown = [r[summary.header.index("p (Holm)")].value for r in summary.rows if r[0].text != report.baseline.label]
+    assert sorted(shown) == pytest.approx(sorted(holm(raw)))
