@@ -14,7 +14,8 @@ import lightning as L
 import pytest
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_module
 
-from lab.runtime.sweeps import summarize, write_status
+from lab.runtime import sweeps
+from lab.runtime.sweeps import progress, summarize, sweep_size, write_status
 
 SWEEP_ARGS = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval", "logger.wandb"))] + [
     "trainer.max_steps=6", "trainer.val_check_interval=2", "test=false", "callbacks.progress=null", "model.n_layers=1"]
@@ -87,6 +88,24 @@ def test_summary_counts_every_state_and_names_each_job_that_did_not_complete(tmp
     assert lines[1] == f"  job 1 failed: model.moe.top_k=2: must be between 1 and num_experts=1 (log: {tmp_path / '1' / 'train.log'})"
     assert lines[2].startswith("  job 2 interrupted: no end recorded (killed)")
     assert f"hydra.sweep.dir={tmp_path}" in lines[-1]
+
+
+def test_an_interrupted_sweep_counts_the_jobs_it_never_started(tmp_path):
+    """A 2 x 3 grid stopped during job 2: the summary counts 6 jobs, 3 of them not started (Hydra's
+    multirun.yaml holds the sweep's overrides); progress says k/N and the ETA at the jobs' mean duration."""
+    (tmp_path / "multirun.yaml").write_text("hydra:\n  overrides:\n    task:\n    - model.positions=learned,rotary\n"
+                                            "    - seed=1,2,3\n    - trainer.max_steps=4\n")
+    assert sweep_size(tmp_path) == 6
+    write_status(tmp_path / "0", state="completed")
+    write_status(tmp_path / "1", state="completed")
+    write_status(tmp_path / "2", state="interrupted")
+    lines, _ = summarize(tmp_path, sweep_size(tmp_path))
+    assert lines[0] == f"sweep {tmp_path}: 6 jobs: 2 completed, 1 interrupted, 3 not started"
+    assert "  3 jobs not started" in lines
+    sweeps._durations[:] = [60.0, 80.0]  # two jobs done in this process: 70 s each on average
+    assert progress(2, 6) == " [3/6, sweep ETA 4m40s]"  # 4 jobs left (this one included) x 70 s
+    sweeps._durations.clear()
+    assert progress(0, 6) == " [1/6]" and progress(0, None) == ""
 
 
 def test_slurm_launcher_without_slurm_is_one_line_before_any_job(tmp_path):

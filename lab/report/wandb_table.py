@@ -1,14 +1,22 @@
-"""The report's tables logged to W&B as tables, in the sweep's group, as a run of job_type "report"."""
+"""The report's tables logged to W&B as tables, in the sweep's group, as a run of job_type "report": one run
+per sweep (its id derived from the group), updated in place by every render (`--watch` included)."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lab.report import Report
 
 log = logging.getLogger("lab")
+
+
+def report_run_id(project: str, group: str) -> str:
+    """The same W&B run id for every render of one sweep's report: a new render replaces the tables."""
+    return "report-" + hashlib.sha1(f"{project}/{group}".encode()).hexdigest()[:12]
 
 
 def log_tables(report: Report, required: bool) -> None:
@@ -26,11 +34,14 @@ def log_tables(report: Report, required: bool) -> None:
         sweep = first.path.parent
         # the group lab.train gave the sweep's jobs (lab.runtime.loggers.sweep_settings): <name>/<sweep dir name>
         group = f"{name}/{sweep.name}" if (sweep / "multirun.yaml").is_file() else f"{name}/report"
-        run = wandb.init(project=str(first.config.get("logger.wandb.project") or "lab"), group=group,
-                         job_type="report", name=f"{name}-report", mode=resolve_wandb_mode(None),
+        project = str(first.config.get("logger.wandb.project") or "lab")
+        run = wandb.init(project=project, group=group, job_type="report", name=f"{name}-report", mode=resolve_wandb_mode(None),
+                         id=report_run_id(project, group), resume="allow",
                          dir=str(sweep), settings=wandb.Settings(init_timeout=15, silent=True))
-        for t in report.tables:
-            run.log({f"report/{t.name}": wandb.Table(columns=t.header, data=[[c.text for c in row] for row in t.rows])})
+        # each render is logged at its time in seconds: steps only increase, so after `wandb sync` the offline
+        # segments of one report are one run whose latest tables are the newest render
+        run.log({f"report/{t.name}": wandb.Table(columns=t.header, data=[[c.text for c in row] for row in t.rows])
+                 for t in report.tables}, step=int(time.time()))
         run.finish()
         print(f"W&B: report tables logged to group {group} ({run.settings.mode})", file=sys.stderr)
     except Exception as e:  # W&B down or misconfigured never costs the report

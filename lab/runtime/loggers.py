@@ -11,6 +11,7 @@ ranks never probe and never wait (Lightning gives them no W&B run), and finishin
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import netrc
@@ -147,9 +148,45 @@ def sweep_settings(name: str | None) -> dict:
     return {
         "group": f"{name}/{Path(hc.sweep.dir).name}",
         "job_type": "sweep",
-        "tags": [o[:64] for o in hc.overrides.task],  # W&B caps tags at 64 characters
+        # W&B caps tags at 64 characters; ckpt_path is added to a resumed job's overrides (lab.runtime.sweeps):
+        # an attempt, not a choice, so its continued run keeps the tags its siblings have
+        "tags": [o[:64] for o in hc.overrides.task if not o.lstrip("+").startswith("ckpt_path=")],
         "name": f"{name}-{hc.job.num}",
     }
+
+
+def is_own_resume(params: dict) -> bool:
+    """ckpt_path is the run's own checkpoint (a resumed sweep job, ckpt_path=auto): a fact about this attempt,
+    not about the run, which a user-given checkpoint (fine-tuning from another run) is."""
+    ckpt, out = str(params.get("ckpt_path") or ""), str((params.get("paths") or {}).get("output_dir") or "")
+    return bool(ckpt and out) and Path(ckpt).resolve().is_relative_to(Path(out).resolve())
+
+
+@functools.cache
+def step_wandb_logger():
+    """Lightning's WandbLogger with W&B's `_step` = the training step instead of a count of `log` calls: a
+    resumed run's next segment (another offline-run-* directory, or the same online run) continues at the
+    step it resumed from, so after `wandb sync` the segments are one run whose steps increase and never
+    repeat. Logs without a step (tables) join the row of the last step. The config it logs leaves out
+    ckpt_path when it is the run's own checkpoint, so every attempt logs the config the first one did."""
+    from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
+    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
+
+    class StepWandbLogger(WandbLogger):
+        _last_step = 0
+
+        def log_metrics(self, metrics, step=None):
+            step = self._last_step if step is None else int(step)
+            self._last_step = max(self._last_step, step)
+            metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
+            self.experiment.log(dict(metrics, **{"trainer/global_step": step}), step=step)
+
+        def log_hyperparams(self, params):
+            if isinstance(params, dict) and is_own_resume(params):
+                params = {k: v for k, v in params.items() if k != "ckpt_path"}
+            super().log_hyperparams(params)
+
+    return StepWandbLogger
 
 
 def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,
@@ -173,7 +210,6 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
     os.environ["WANDB_MODE"] = mode  # DDP ranks and sweep jobs inherit the decision
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb  # noqa: PLC0415 - after WANDB_* are set
-    from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
 
     sweep = sweep_settings(name)
     if sweep:
@@ -182,8 +218,8 @@ def wandb_logger(mode: str | None = None, name: str | None = None, group: str | 
         tags = [*tags, *sweep["tags"]]
         name = sweep["name"]
     settings = wandb.Settings(init_timeout=init_timeout, finish_timeout=finish_timeout)
-    return WandbLogger(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), save_dir=save_dir,
-                       settings=settings, **kwargs)
+    return step_wandb_logger()(mode=mode, name=name, group=group, job_type=job_type, tags=list(tags), save_dir=save_dir,
+                               settings=settings, **kwargs)
 
 
 def finish_loggers(loggers: list, exit_code: int = 0) -> None:

@@ -36,6 +36,7 @@ STATUS_FILE = "status.json"
 ENDED = ("completed", "interrupted", "failed", "pruned")
 _final_metrics: dict[str, float] = {}  # set by record_final_metrics (training.py), read by sweep_job
 _unrecorded: list[str] = []  # failures that could not be written into a job dir (it holds another job)
+_durations: list[float] = []  # seconds each job run by this process took (the sweep's ETA)
 
 
 # ---- the record of one job ---------------------------------------------------------------------------
@@ -104,7 +105,39 @@ def _hydra_job() -> dict[str, Any] | None:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return None
-    return {"num": hc.job.num, "dir": Path(hc.runtime.output_dir), "overrides": list(hc.overrides.task)}
+    return {"num": hc.job.num, "dir": Path(hc.runtime.output_dir), "overrides": list(hc.overrides.task),
+            "total": sweep_size(Path(hc.sweep.dir))}
+
+
+def sweep_size(sweep_dir: Path) -> int | None:
+    """How many jobs the sweep has: the product of its sweep overrides' value counts (a grid), as Hydra wrote
+    them into <sweep dir>/multirun.yaml, or the Optuna sweeper's n_trials; None when it cannot be told."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415
+        from omegaconf import OmegaConf  # noqa: PLC0415
+
+        cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
+        trials = OmegaConf.select(cfg, "hydra.sweeper.n_trials")
+        if trials is not None:
+            return int(trials)
+        total = 1
+        for o in OverridesParser.create().parse_overrides(list(OmegaConf.select(cfg, "hydra.overrides.task") or [])):
+            if o.is_sweep_override():
+                total *= len(list(o.sweep_string_iterator()))
+        return total
+    except Exception:  # no multirun.yaml (another launcher's layout), a sweep syntax with no count: say nothing
+        return None
+
+
+def progress(num: int, total: int | None) -> str:
+    """' [k/N, sweep ETA 4m10s]': this job's place, and the time left at the mean of the jobs this process ran."""
+    if total is None:
+        return ""
+    eta = ""
+    if _durations:
+        m, sec = divmod(round(sum(_durations) / len(_durations) * (total - num)), 60)
+        eta = f", sweep ETA {m // 60}h{m % 60:02d}m" if m >= 60 else f", sweep ETA {m}m{sec:02d}s"
+    return f" [{num + 1}/{total}{eta}]"
 
 
 def sweep_job(fn):
@@ -133,6 +166,7 @@ def sweep_job(fn):
 def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
     num, job_dir, overrides = job["num"], job["dir"], job["overrides"]
     what = f"job {num} ({' '.join(overrides) or 'no overrides'})"
+    where = progress(num, job["total"])
     before = read_status(job_dir)
     if before and before.get("overrides") not in (None, overrides):
         line = (f"{job_dir} holds another job ({' '.join(before['overrides'])}), not {what}: this sweep dir "
@@ -160,11 +194,11 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
         with open_dict(cfg):
             cfg.ckpt_path = str(ckpt)
         _pass_to_child_processes(f"ckpt_path={ckpt}")
-        log.info("%s: resumed from %s at step %d (it was %s)", what, ckpt, resume_step, before.get("state"))
+        log.info("%s: resumed from %s at step %d (it was %s)%s", what, ckpt, resume_step, before.get("state"), where)
     elif before:
-        log.info("%s: started again from scratch (it was %s, no checkpoint)", what, before.get("state"))
+        log.info("%s: started again from scratch (it was %s, no checkpoint)%s", what, before.get("state"), where)
     else:
-        log.info("%s: started", what)
+        log.info("%s: started%s", what, where)
 
     wandb_id = (before or {}).get("wandb_id") or uuid.uuid4().hex[:12]
     if cfg.get("logger") and cfg.logger.get("wandb") is not None:
@@ -192,6 +226,11 @@ def _pass_to_child_processes(override: str) -> None:
 
 def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
     _final_metrics.clear()
+    t0, before = time.time(), (read_status(job_dir) or {}).get("wall_s") or 0.0
+
+    def wall_s() -> float:  # time spent on this run over all its attempts (the report's wall time)
+        return round(before + time.time() - t0, 1)
+
     try:
         value = fn(cfg)  # a resumed job's metrics.csv continues (lab.runtime.metrics_csv.RunCSVLogger)
     except BaseException as e:
@@ -206,11 +245,16 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
                 log.error("%s", line)
             print(f"error: job {job['num']}: {line}", file=sys.stderr)
         write_status(job_dir, state=state, error=None if state == "interrupted" else line, ended=_now(),
-                     metrics=dict(_final_metrics))
+                     metrics=dict(_final_metrics), wall_s=wall_s())
         if job is not None and state == "interrupted":  # the sweep stops here (Hydra calls no end callback)
-            print("\n".join(summarize(job["dir"].parent)[0]), file=sys.stderr)
+            print("\n".join(summarize(job["dir"].parent, job["total"])[0]), file=sys.stderr)
         raise
-    write_status(job_dir, state="completed", error=None, ended=_now(), value=value, metrics=dict(_final_metrics))
+    write_status(job_dir, state="completed", error=None, ended=_now(), value=value, metrics=dict(_final_metrics),
+                 wall_s=wall_s())
+    _durations.append(time.time() - t0)
+    from lab.runtime.rundir import LOCK_NAME  # noqa: PLC0415
+
+    (job_dir / LOCK_NAME).unlink(missing_ok=True)  # released when the run ended; a completed job is never run again
     return value
 
 
@@ -233,8 +277,9 @@ def check_launcher(launcher: DictConfig) -> None:
                            "hydra/launcher=submitit_local (parallel jobs on this machine)")
 
 
-def summarize(sweep_dir: Path) -> tuple[list[str], bool]:
-    """-> (lines, every job completed). One line per job that did not complete, with its log."""
+def summarize(sweep_dir: Path, total: int | None = None) -> tuple[list[str], bool]:
+    """-> (lines, every job completed). One line per job that did not complete, with its log; jobs of the
+    sweep's `total` (sweep_size) that never started are counted too."""
     jobs = sorted((p for p in Path(sweep_dir).glob(f"*/{STATUS_FILE}")), key=lambda p: (len(p.parent.name), p.parent.name))
     counts: dict[str, int] = {}
     problems = list(_unrecorded)
@@ -248,7 +293,12 @@ def summarize(sweep_dir: Path) -> tuple[list[str], bool]:
             reason = status.get("error") or ("no end recorded (killed)" if status.get("state") == "running" else state)
             problems.append(f"job {path.parent.name} {state}: {reason} (log: {path.parent / 'train.log'})")
     order = [s for s in (*ENDED, "unknown") if s in counts]
-    head = f"sweep {sweep_dir}: {len(jobs)} jobs: " + ", ".join(f"{counts[s]} {s}" for s in order)
+    unstarted = (total or 0) - len(jobs)
+    if unstarted > 0:
+        counts["not started"] = unstarted
+        order.append("not started")
+        problems.append(f"{unstarted} job{'s' if unstarted > 1 else ''} not started")
+    head = f"sweep {sweep_dir}: {max(len(jobs), total or 0)} jobs: " + ", ".join(f"{counts[s]} {s}" for s in order)
     lines = [head, *(f"  {p}" for p in problems)]
     if problems:
         lines.append(f"  continue it: the same command with hydra.sweep.dir={sweep_dir} (completed jobs are skipped)")
@@ -275,7 +325,7 @@ class SweepCallbacks(_HydraCallback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not sweep_dir.is_dir():
             return
-        lines, all_completed = summarize(sweep_dir)
+        lines, all_completed = summarize(sweep_dir, sweep_size(sweep_dir))
         print("\n".join(lines), file=sys.stderr if not all_completed else sys.stdout)
         # Optuna searches budget their failures themselves (hydra.sweeper.max_failure_rate)
         if not all_completed and "lab_optuna_sweeper" not in str(config.hydra.sweeper.get("_target_", "")):
