@@ -75,6 +75,20 @@ def wandb_runs(job_dir: Path) -> list[tuple[str, int | None]]:
     return runs
 
 
+def wandb_segments(job_dir: Path) -> list[dict]:
+    """Every offline W&B segment of a job, oldest first: run id, tags, config keys, the `_step` of each row."""
+    segments = []
+    for run_file in sorted(job_dir.glob("wandb/offline-run-*/run-*.wandb")):
+        records = wandb_records(run_file)
+        kinds = [(r.WhichOneof("record_type"), r) for r in records]
+        (run,) = [r.run for k, r in kinds if k == "run"]
+        key = lambda item: item.key or "/".join(item.nested_key)  # noqa: E731 - W&B fills one or the other
+        steps = [int(json.loads(i.value_json)) for k, r in kinds if k == "history" for i in r.history.item if key(i) == "_step"]
+        config = {key(i): i.value_json for k, r in kinds if k == "config" for i in r.config.update}
+        segments.append({"id": run.run_id, "tags": sorted(run.tags), "config": config, "steps": steps})
+    return segments
+
+
 # ---- fast: pure functions and the launcher check --------------------------------------------------
 
 def test_summary_counts_every_state_and_names_each_job_that_did_not_complete(tmp_path):
@@ -106,6 +120,9 @@ def test_an_interrupted_sweep_counts_the_jobs_it_never_started(tmp_path):
     assert progress(2, 6) == " [3/6, sweep ETA 4m40s]"  # 4 jobs left (this one included) x 70 s
     sweeps._durations.clear()
     assert progress(0, 6) == " [1/6]" and progress(0, None) == ""
+    sweeps._durations[:] = [9.0]
+    assert progress(5, 6) == " [6/6, sweep ETA 9s]"
+    sweeps._durations.clear()
 
 
 def test_slurm_launcher_without_slurm_is_one_line_before_any_job(tmp_path):
@@ -145,7 +162,6 @@ def test_an_interrupted_grid_continues_where_it_stopped(tmp_path):
     first = run_module("lab.train", args, tmp_path, timeout=600, env={**TESTS_ON_PATH, "LAB_TEST_INTERRUPT_JOB": "1"})
     assert first.returncode != 0
     assert _states(sweep_dir) == {"0": "completed", "1": "interrupted"}  # Ctrl-C stops the sweep: job 2 never started
-    assert "1 completed, 1 interrupted" in first.stderr
     (job1_run,) = wandb_runs(sweep_dir / "1")
     assert job1_run[1] not in (0, None)  # W&B: the interrupted run ended with a non-zero exit code
     assert wandb_runs(sweep_dir / "0")[0][1] == 0
@@ -170,6 +186,23 @@ def test_an_interrupted_grid_continues_where_it_stopped(tmp_path):
         assert len({run_id for run_id, _ in runs}) == 1  # one W&B run id per job
         assert runs[-1][1] == 0
     assert len(wandb_runs(sweep_dir / "1")) == 2  # the interrupted attempt and its continuation, one id
+    # W&B across the interruption: the second segment continues the first's steps (after `wandb sync` one
+    # run, every row's step increasing and unique), with the tags and config the first had
+    first_part, second_part = wandb_segments(sweep_dir / "1")
+    steps = first_part["steps"] + second_part["steps"]
+    assert first_part["steps"] and second_part["steps"] and steps == sorted(set(steps)), steps
+    assert second_part["tags"] == first_part["tags"] and "task.optimizer.lr=0.002" in first_part["tags"]
+    assert not any(t.startswith("ckpt_path") for t in second_part["tags"])
+    assert second_part["config"] == {k: v for k, v in first_part["config"].items() if k in second_part["config"]}
+    assert "ckpt_path" not in second_part["config"] or second_part["config"]["ckpt_path"] == first_part["config"]["ckpt_path"]
+    for job in "012":  # status.json names the W&B run that was logged; a completed job leaves no .lock
+        assert json.loads((sweep_dir / job / "status.json").read_text())["wandb_id"] == wandb_runs(sweep_dir / job)[0][0]
+        assert not (sweep_dir / job / ".lock").exists()
+    assert "3 jobs: 1 completed, 1 interrupted, 1 not started" in first.stderr
+    assert re.search(r"job 2 \(.*\): started \[3/3, sweep ETA (\d+m)?\d+s\]", out)
+    for warning in ("anonymous setting has no effect", "dataloader is not resumable"):
+        assert warning not in first.stderr + out
+    print(f"console lines per job: {len(out.splitlines()) / 2:.0f}")  # noqa: T201 - measured for docs/sweeps.md
     # job 1's metrics across the interruption: every step exactly once, the same steps as uninterrupted job 0
     rows, reference = read_metrics(sweep_dir / "1"), read_metrics(sweep_dir / "0")
     for name, n in (("train/loss", 6), ("val/loss", 3)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 
 log = logging.getLogger("lab")
 
@@ -31,6 +32,10 @@ def single_console() -> None:
             for handler in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
                 logger.removeHandler(handler)
             logger.propagate = True
+    # lab's batch samplers skip what a checkpoint already trained on (lab.data.batching, resume_point), so a
+    # mid-epoch resume is exact (tested: tests/test_sweeps_jobs.py); Lightning cannot see that and warns of
+    # "unreliable results" on every such resume
+    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropAdverts) for f in logger.filters):

@@ -162,21 +162,44 @@ def is_own_resume(params: dict) -> bool:
     return bool(ckpt and out) and Path(ckpt).resolve().is_relative_to(Path(out).resolve())
 
 
+LAST_STEP_FILE = "wandb_last_step"  # in the run dir: "<W&B run id> <last step logged>", written when a run ends
+
+
 @functools.cache
 def step_wandb_logger():
     """Lightning's WandbLogger with W&B's `_step` = the training step instead of a count of `log` calls: a
     resumed run's next segment (another offline-run-* directory, or the same online run) continues at the
     step it resumed from, so after `wandb sync` the segments are one run whose steps increase and never
-    repeat. Logs without a step (tables) join the row of the last step. The config it logs leaves out
-    ckpt_path when it is the run's own checkpoint, so every attempt logs the config the first one did."""
+    repeat. Rows an earlier attempt of the same W&B run already logged (steps after its checkpoint, up to
+    the interruption: LAST_STEP_FILE) are not logged again, with one line saying how many (lab's resume is
+    exact: the values are the same). Logs without a step (tables) join the row of the last step. The config
+    it logs leaves out ckpt_path when it is the run's own checkpoint, so every attempt logs the first's."""
     from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
 
     class StepWandbLogger(WandbLogger):
-        _last_step = 0
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # Lightning always passes `anonymous` (None unless asked); wandb >= 0.19 warns on every run that the
+            # setting has no effect
+            self._wandb_init.pop("anonymous", None)
+            self._last_step, self._logged_before, self._skipped = 0, -1, []
+            record = Path(self.save_dir or ".") / LAST_STEP_FILE
+            if record.is_file() and self._wandb_init.get("id"):
+                run_id, _, step = record.read_text().partition(" ")
+                if run_id == str(self._wandb_init["id"]) and step.strip().isdigit():
+                    self._logged_before = int(step)
 
         def log_metrics(self, metrics, step=None):
             step = self._last_step if step is None else int(step)
+            if step <= self._logged_before:  # logged by the interrupted attempt already
+                self._skipped.append(step)
+                return
+            if self._skipped:
+                log.info("W&B: %d rows at steps %d-%d were logged by the earlier attempt of this run and are not "
+                         "logged again (the resumed run computes the same values)", len(self._skipped),
+                         min(self._skipped), max(self._skipped))
+                self._skipped = []
             self._last_step = max(self._last_step, step)
             metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
             self.experiment.log(dict(metrics, **{"trainer/global_step": step}), step=step)
@@ -185,6 +208,12 @@ def step_wandb_logger():
             if isinstance(params, dict) and is_own_resume(params):
                 params = {k: v for k, v in params.items() if k != "ckpt_path"}
             super().log_hyperparams(params)
+
+        def finalize(self, status):
+            if self._experiment is not None and self.save_dir:
+                step = max(self._last_step, self._logged_before)
+                (Path(self.save_dir) / LAST_STEP_FILE).write_text(f"{self._experiment.id} {step}\n")
+            super().finalize(status)
 
     return StepWandbLogger
 

@@ -136,7 +136,7 @@ def progress(num: int, total: int | None) -> str:
     eta = ""
     if _durations:
         m, sec = divmod(round(sum(_durations) / len(_durations) * (total - num)), 60)
-        eta = f", sweep ETA {m // 60}h{m % 60:02d}m" if m >= 60 else f", sweep ETA {m}m{sec:02d}s"
+        eta = ", sweep ETA " + (f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{sec:02d}s" if m else f"{sec}s")
     return f" [{num + 1}/{total}{eta}]"
 
 
