@@ -93,3 +93,40 @@ def test_terminal_bar_shows_step_tokens_loss_eta_with_logs_above(tmp_path):
         if "[lab][INFO]" in line:
             assert line.startswith("[20"), f"a log line was drawn into the bar: {line!r}"
     assert "progress: step" not in text  # the bar, not the log lines, in a terminal
+
+
+def test_a_sweep_jobs_console_leaves_its_detail_to_the_log_file(tmp_path):
+    """Inside sweep_job_console: files read, examples and the config tree reach train.log, not the console;
+    warnings and progress reach both; one line counts what the console did not show."""
+    import io
+    import logging
+
+    import rich.tree
+
+    from lab.runtime import console
+
+    root, screen = logging.getLogger(), io.StringIO()
+    handlers = [logging.StreamHandler(screen), logging.FileHandler(tmp_path / "train.log")]
+    for h in handlers:
+        root.addHandler(h)
+    lab_log, level = logging.getLogger("lab"), logging.getLogger("lab").level
+    lab_log.setLevel(logging.INFO)
+    try:
+        with console.sweep_job_console(str(tmp_path / "train.log")):
+            lab_log.info("data: read /x/a.txt (train): bytes 10")
+            lab_log.info("%s @ step %d | %s", "samples", 3, "prompt: ROMEO.")
+            lab_log.warning("data: read failed")  # a warning is never detail
+            lab_log.info("setup took 1.0s")
+            console.show(rich.tree.Tree("config"))
+        lab_log.info("data: read /x/b.txt (train): bytes 10")  # outside a sweep job: shown
+    finally:
+        for h in handlers:
+            root.removeHandler(h)
+            h.close()
+        lab_log.setLevel(level)
+    shown, logged = screen.getvalue(), (tmp_path / "train.log").read_text()
+    assert "a.txt" not in shown and "ROMEO" not in shown and "config" not in shown.replace("(config,", "")
+    assert "data: read failed" in shown and "setup took" in shown and "b.txt" in shown
+    assert "3 lines of detail (config, files read, samples) are in" in shown
+    for line in ("a.txt", "samples @ step 3 | prompt: ROMEO.", "config\n", "data: read failed"):
+        assert line in logged

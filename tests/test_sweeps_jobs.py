@@ -202,7 +202,9 @@ def test_an_interrupted_grid_continues_where_it_stopped(tmp_path):
     assert re.search(r"job 2 \(.*\): started \[3/3, sweep ETA (\d+m)?\d+s\]", out)
     for warning in ("anonymous setting has no effect", "dataloader is not resumable"):
         assert warning not in first.stderr + out
-    print(f"console lines per job: {len(out.splitlines()) / 2:.0f}")  # noqa: T201 - measured for docs/sweeps.md
+    # the console of a job: its progress and results (about 12 lines), the detail in its train.log (was ~170)
+    assert len(out.splitlines()) < 45 and re.search(r"\d+ lines of detail \(config, files read, samples\) are in .*/2/train.log only", out)
+    assert "data: read " in (sweep_dir / "2" / "train.log").read_text() and "data: read " not in out
     # job 1's metrics across the interruption: every step exactly once, the same steps as uninterrupted job 0
     rows, reference = read_metrics(sweep_dir / "1"), read_metrics(sweep_dir / "0")
     for name, n in (("train/loss", 6), ("val/loss", 3)):

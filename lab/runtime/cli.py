@@ -223,4 +223,6 @@ def print_config_tree(cfg, fields_first=("task", "model", "data", "trainer", "ca
         value = cfg[key]
         text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
         tree.add(key, style="bold").add(rich.syntax.Syntax(text, "yaml", background_color="default"))
-    rich.print(tree)
+    from lab.runtime.console import show  # noqa: PLC0415
+
+    show(tree)  # in a sweep job: into its train.log only

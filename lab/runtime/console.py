@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import re
 import time
 import warnings
 
@@ -10,6 +12,12 @@ log = logging.getLogger("lab")
 
 # Messages from libraries that advertise instead of inform (Lightning's "Tip: ... litlogger").
 ADVERTS = ("litlogger", "Lightning Experiments platform")
+
+
+# Per-job detail a sweep's console leaves to each job's train.log: every file read, generated examples, the
+# memory note, Lightning's accelerator lines. A single run shows them.
+SWEEP_DETAIL = re.compile(r"data: read |[\w/ -]+ @ step \d+ \| |cpu memory: |[GTH]PU available: ")
+_sweep_job: list[int] = []  # non-empty while a sweep job runs; [0] counts the lines kept from its console
 
 
 class DropAdverts(logging.Filter):
@@ -40,6 +48,53 @@ def single_console() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropAdverts) for f in logger.filters):
             logger.addFilter(DropAdverts())
+
+
+class SweepDetail(logging.Filter):
+    _last: logging.LogRecord | None = None  # one record passes every console handler: counted once
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.INFO and SWEEP_DETAIL.match(record.getMessage()):
+            if record is not self._last:
+                _sweep_job[0] += 1
+                self._last = record
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def sweep_job_console(log_file: str):
+    """While a job of a multirun runs: its console shows progress, warnings and results, not the per-job
+    detail (SWEEP_DETAIL, the config tree): that goes to its train.log only, and one line at the end says
+    how many lines that was."""
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    detail = SweepDetail()
+    for h in handlers:
+        h.addFilter(detail)
+    _sweep_job[:] = [0]
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(detail)
+        if _sweep_job[0]:
+            log.info("%d lines of detail (config, files read, samples) are in %s only", _sweep_job[0], log_file)
+        _sweep_job.clear()
+
+
+def show(renderable) -> None:
+    """Rich output (the config tree) on the screen; inside a sweep job, in its train.log only."""
+    import rich  # noqa: PLC0415
+    import rich.console  # noqa: PLC0415
+
+    if not _sweep_job:
+        rich.print(renderable)
+        return
+    text = io.StringIO()
+    rich.console.Console(file=text, width=120, color_system=None).print(renderable)
+    record_in_log_files("\n" + text.getvalue(), logging.INFO)
+    _sweep_job[0] += text.getvalue().count("\n")
 
 
 def record_in_log_files(message: str, level: int = logging.ERROR) -> None:

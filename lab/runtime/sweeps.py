@@ -207,8 +207,11 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
             cfg.logger.wandb.resume = "allow"
     write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
                  started=_now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
+    from lab.runtime.console import sweep_job_console  # noqa: PLC0415
+
     try:
-        return _run(fn, cfg, job_dir, resume_step)
+        with sweep_job_console(str(job_dir / "train.log")):
+            return _run(fn, cfg, job_dir, resume_step)
     except Exception:
         return None  # recorded in status.json, summarised at the end of the sweep; the next job runs
 
