@@ -431,7 +431,7 @@ def test_relative_paths_work_from_any_cwd_and_give_the_same_names(tmp_path, monk
 def _curve_run(path: Path, variant: str, seed: int, last: int, slope: float, status: dict | None = None,
                jitter: float = 0.01) -> Path:
     """val/loss every 100 steps up to `last`, falling with `slope` per step; train/loss every 50."""
-    rows = [{"step": s, "train/loss": 5.0 - slope * s} for s in range(50, last + 1, 50)]
+    rows = [{"step": s, "train/loss": 5.0 - slope * s, "perf/tokens_seen": 768.0 * s} for s in range(50, last + 1, 50)]
     for r in rows:
         if r["step"] % 100 == 0:
             r["val/loss"] = 4.0 - slope * r["step"] + seed * jitter
@@ -459,9 +459,9 @@ def test_an_interrupted_run_sets_the_common_step_and_is_marked_where_its_numbers
     assert runs["0"]["read at step"] == "200" and runs["0"]["val/loss (last logged)"] == fmt(4.0 - 0.003 * 400 + 0.01)
     # curves: n per point, a dotted line at the compared step, each seed's curve marked
     (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "val/loss"]
-    mean = next(t for t in fig.data if t.meta == "mean" and t.name.startswith("positions=rotary"))
+    mean = next(t for t in fig.data if t.meta["kind"] == "mean" and t.name.startswith("positions=rotary"))
     assert mean.name == "positions=rotary (n=2-3)" and dict(zip(mean.x, mean.customdata)) == {100: 3, 200: 3, 300: 2, 400: 2}
-    assert any(t.name.endswith("[interrupted, resumed]") for t in fig.data if t.meta == "seed")
+    assert any(t.name.endswith("[interrupted, resumed]") for t in fig.data if t.meta and t.meta["kind"] == "seed")
     assert fig.layout.shapes[0].x0 == 200
 
 
@@ -510,6 +510,19 @@ def test_best_value_is_the_best_up_to_the_common_step(tmp_path):
         "a": {"seed=1": 2.51, "seed=2": 2.52}, "b": {"seed=1": 2.51, "seed=2": 2.52}}  # step 200's, not 400's 2.0
 
 
+def test_curves_by_tokens_and_time_interpolate_what_the_run_logged():
+    from lab.report.charts import x_at
+    from lab.report.runs import Run
+
+    rows = [{"step": 10.0, "perf/tokens_seen": 1000.0, "perf/train_s": 2.0}, {"step": 20.0, "perf/tokens_seen": 2000.0,
+                                                                              "perf/train_s": 5.0}]
+    run = Run("r", Path("."), {}, [], rows)
+    steps = [0.0, 5.0, 10.0, 15.0, 20.0, 30.0]
+    assert x_at(run, "tokens", steps) == pytest.approx([0, 500, 1000, 1500, 2000, 3000])  # 30: the overall rate
+    assert x_at(run, "time", steps) == pytest.approx([0, 1, 2, 3.5, 5, 7.5])
+    assert x_at(Run("r", Path("."), {}, [], [{"step": 1.0, "val/loss": 2.0}]), "tokens", steps) is None
+
+
 def test_paired_interval_and_effect_size_equal_the_hand_computation():
     c = compare({"1": 3.0, "2": 3.2, "3": 3.1}, {"1": 2.8, "2": 2.9, "3": 3.0})  # differences -0.2, -0.3, -0.1
     half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
@@ -543,3 +556,78 @@ def test_three_variants_are_holm_corrected_and_say_so(tmp_path):
     raw = [compare(report.baseline.values("val/loss"), v.values("val/loss")).p for v in report.variants if v is not report.baseline]
     shown = [r[summary.header.index("p (Holm)")].value for r in summary.rows if r[0].text != report.baseline.label]
     assert sorted(shown) == pytest.approx(sorted(holm(raw)))
+
+
+# ---------------------------------------------------------------------------------------------- what a person sees
+
+def _dom(page: str, profile: Path) -> str:
+    return subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page],
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def _text(fragment: str) -> str:
+    """What a person reads in an HTML fragment: tags dropped, entities decoded, spaces collapsed."""
+    import html as html_lib
+
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def _row(dom: str, table: str, first_cell: str) -> str:
+    body = re.search(rf'<table class="{table}">.*?</table>', dom, re.S).group(0)
+    return _text(re.search(rf"<tr[^>]*><td>{re.escape(first_cell)}</td>.*?</tr>", body, re.S).group(0))
+
+
+def _rendered(dom: str) -> None:
+    body = re.search(r'<body data-charts="(\d+)" data-rendered="(\d+)"', dom)
+    assert body and body.group(1) == body.group(2), body and body.groups()
+    assert '<pre id="js-errors"></pre>' in dom, "script errors in the page"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_shows_an_interrupted_sweep_and_a_mid_sweep_state_as_they_are(tmp_path):
+    """An interrupted, resumed sweep and a sweep still running, as a browser shows them: where the runs are
+    compared and why, which run was interrupted and resumed, no significance from runs at different steps,
+    each seed's curve behind a switch, samples side by side at the compared step."""
+    from lab.report import html
+
+    interrupted = tmp_path / "interrupted"
+    for job, (variant, seed) in enumerate((v, s) for v in ("learned", "rotary") for s in (1, 2, 3)):
+        stopped = variant == "rotary" and seed == 3
+        run = _curve_run(interrupted / str(job), variant, seed, 200 if stopped else 400, 0.004 if variant == "rotary" else 0.003,
+                         status={"state": "interrupted", "attempts": 2} if stopped else None)
+        with open(run / "train.log", "a") as log:
+            for step in (200, 400) if not stopped else (200,):
+                log.write(f"[2026-11-25 01:29:39,231][lab][INFO] - samples @ step {step} | prompt: ROMEO.\n"
+                          f" | text: ROMEO.\n{variant} seed {seed} at {step}\n[2026-11-25 01:29:40,000][lab][INFO] - next\n")
+    (interrupted / "report.html").write_text(html.render(collect([interrupted])))
+    page = (interrupted / "report.html").as_uri()
+    dom = _dom(page, tmp_path / "p1")
+    _rendered(dom)
+    assert ("Compared at step 200, the largest step every run with a value reached: 1 of 6 runs stopped before the "
+            "furthest (step 400)") in _text(dom)
+    rotary = _row(dom, "summary", "positions=rotary")
+    hand = sum(4.0 - 0.004 * 200 + s / 100 for s in (1, 2, 3)) / 3
+    assert f"{hand:.3f} ±" in rotary and "2 finished, 1 interrupted (1 resumed)" in rotary
+    assert "interrupted (resumed: 2 attempts)" in _row(dom, "runs", "5")
+    samples = _text(re.search(r"<h2>samples \(per variant\)</h2>.*?</div></div>", dom, re.S).group(0))
+    assert "learned seed 1 at 200" in samples and "rotary seed 3 at 200" in samples and "at 400" not in samples
+    # each seed's curve: hidden by default, drawn when the switch is on (here from the address); smoothing applied
+    shown = _dom(page + "#x=tokens&seeds=1&smooth=0.6", tmp_path / "p2")
+    _rendered(shown)
+    assert 'data-controls="x=tokens,smooth=0.6,seeds=1"' in shown
+    assert re.findall(r'class="xtitle"[^>]*>([^<]*)<', shown).count("tokens seen") == 2  # the two curve charts
+    curve_charts = 2  # train/loss and val/loss
+    assert shown.count('class="trace scatter') - dom.count('class="trace scatter') == 6 * curve_charts
+
+    running = tmp_path / "running"  # --watch mid-sweep: one variant finished at 400, the other's runs at 100
+    for job, (variant, seed) in enumerate((v, s) for v in ("learned", "rotary") for s in (1, 2, 3)):
+        _curve_run(running / str(job), variant, seed, 400 if variant == "learned" else 100, 0.003 if variant == "learned" else 0.0,
+                   status=None if variant == "learned" else {"state": "running"}, jitter=0.01 if variant == "learned" else 0.012)
+    (running / "report.html").write_text(html.render(collect([running])))
+    dom = _dom((running / "report.html").as_uri(), tmp_path / "p3")
+    _rendered(dom)
+    assert "Compared at step 100, the largest step every run with a value reached: 3 of 6 runs stopped" in _text(dom)
+    row = _row(dom, "summary", "positions=rotary")
+    # at step 100 the runs differ by 0.3 (learned fell 0.003 per step, rotary not at all): a real, paired
+    # difference at the same step; read at their ends (step 400 vs 100) it would be 1.2
+    assert "+0.3" in row and "yes (paired t-test)" in row and "1.2" not in row

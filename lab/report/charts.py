@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_front
+from lab.report.variants import X_AXES
 
 if TYPE_CHECKING:
     from lab.report.variants import Variant
@@ -48,11 +49,42 @@ def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[
     return steps, [st.mean for st in stats], [st.std for st in stats], [st.n for st in stats]
 
 
+def x_at(run, axis: str, steps: list[float]) -> list[float] | None:
+    """The run's tokens seen or training seconds at each step: linear between the steps it logged them at
+    (from 0 at step 0), at its last rate past the last; None when the run did not log them."""
+    logged = list(zip(*run.series(X_AXES[axis])))
+    if not logged:
+        return None
+    pts = [(0.0, 0.0), *sorted(logged)]
+    out, j = [], 0
+    for s in steps:
+        while j + 1 < len(pts) and pts[j + 1][0] < s:
+            j += 1
+        (s0, x0), (s1, x1) = pts[j], pts[min(j + 1, len(pts) - 1)]
+        if s1 <= s0:  # past the last point: its overall rate
+            out.append(pts[-1][1] * s / pts[-1][0] if pts[-1][0] else 0.0)
+        else:
+            out.append(x0 + (x1 - x0) * (s - s0) / (s1 - s0))
+    return out
+
+
+def _mean_x(v: Variant, steps: list[float]) -> dict[str, list[float]]:
+    """Per x-axis, the mean over the variant's runs of their value at each step (seeds train the same tokens;
+    their times differ a little)."""
+    out = {}
+    for axis in X_AXES:
+        per_run = [x for r in v.runs if (x := x_at(r, axis, steps)) is not None]
+        if per_run:
+            out[axis] = [sum(xs) / len(xs) for xs in zip(*per_run)]
+    return out
+
+
 def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Figure]]:
     """Every metric against step: a line per variant (mean over the seeds that logged each step; hover and
     legend say how many), a ± 1 std band when it has seeds, each seed's own curve (hidden until the page's
     "seeds" switch or a legend click shows it), and a dotted line at the common step the runs are compared
-    at when some stopped earlier."""
+    at when some stopped earlier. Each trace carries its x values by tokens seen and training time (meta.x)
+    for the page's x-axis switch."""
     out = []
     for column in columns:
         fig = go.Figure()
@@ -63,20 +95,23 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
             if len(v.runs) > 1 and any(s is not None for s in std):
                 upper = [m + (s or 0.0) for m, s in zip(mean, std)]
                 lower = [m - (s or 0.0) for m, s in zip(mean, std)]
+                xs = {axis: x + x[::-1] for axis, x in _mean_x(v, steps).items()}
                 fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
                                          fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
-                                         legendgroup=v.label, name=f"{v.label} ± std", meta="band"))
+                                         legendgroup=v.label, name=f"{v.label} ± std", meta=dict(kind="band", x=xs)))
             n_text = f"n={min(n)}-{max(n)}" if min(n) != max(n) else f"n={n[0]}"
             fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
                                      line=dict(color=color(i), width=1.6), legendgroup=v.label, customdata=n,
-                                     name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})", meta="mean"))
+                                     name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
+                                     meta=dict(kind="mean", x=_mean_x(v, steps))))
             for r in v.runs:
                 xs, ys = r.series(column)
                 if len(v.runs) > 1 and xs:
                     flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
                                              line=dict(color=color(i), width=0.8, dash="dot"), name=f"{v.label} {v.seed_label(r)}{flag}",
-                                             hovertemplate="%{y:.4g}", meta="seed"))
+                                             hovertemplate="%{y:.4g}",
+                                             meta=dict(kind="seed", x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
         budget = variants[0].budget.step if variants else None
         last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
         if budget is not None and last_steps and max(last_steps) > budget:
@@ -93,8 +128,9 @@ def _axis_values(values: list) -> tuple[list, bool]:
 
 def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tuple[str, go.Figure]]:
     """The metric against each swept choice (every run a dot; the variant means joined, one line per setting of
-    the other choices, so a line never mixes variants that differ elsewhere), and a parallel-coordinates view
-    when there are 3 or more choices."""
+    the other choices, so a line never mixes variants that differ elsewhere; no line between categorical
+    values), and with 2 or more choices a parallel-coordinates view: a line per run through every choice to
+    its value of the metric."""
     out = []
     for key in keys:
         fig = go.Figure()
@@ -125,18 +161,18 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
         if numeric and len(levels) <= 12:
             fig.update_xaxes(tickvals=levels)
         out.append((f"{metric} by {key}", fig))
-    if len(keys) >= 3:
+    if len(keys) >= 2:  # one line per run over every swept key, as W&B's sweep view draws it
+        runs = [(v, value) for v in variants for value in v.values(metric).values()]
         dims = []
         for key in keys:
-            values = [v.choices[key] for v in variants]
-            shown, numeric = _axis_values(values)
+            shown, numeric = _axis_values([v.choices[key] for v, _ in runs])
             if numeric:
                 dims.append(dict(label=key.rsplit(".", 1)[-1], values=shown))
             else:
                 levels = sorted(set(shown))
                 dims.append(dict(label=key.rsplit(".", 1)[-1], values=[levels.index(x) for x in shown],
                                  tickvals=list(range(len(levels))), ticktext=levels))
-        scores = [v.stat(metric).mean if v.stat(metric) else None for v in variants]
+        scores = [value for _, value in runs]
         dims.append(dict(label=metric, values=scores))
         fig = go.Figure(go.Parcoords(line=dict(color=scores, colorscale="Viridis", showscale=True,
                                                reversescale=metric_direction(metric) == "min"), dimensions=dims))

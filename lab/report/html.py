@@ -16,12 +16,43 @@ CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1{font-s
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}tr.best td{background:#e3f4e1;font-weight:600}
 .charts{display:flex;flex-wrap:wrap;gap:8px}.chart{width:560px;border:1px solid #ddd}.note{color:#555;font-size:13px}
-#js-errors{color:#b00}"""
+#js-errors{color:#b00}.controls{position:sticky;top:0;background:#fff;padding:4px 0;font-size:13px;z-index:5}
+.examples{display:flex;gap:8px;flex-wrap:wrap}.example{width:420px;border:1px solid #ddd;padding:4px 8px;font-size:12px}
+.example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}"""
 
 # Collect script errors into the page and count charts drawn, before any chart code runs.
 PROBE = """<script>window.labErrors=[];window.addEventListener('error',e=>{window.labErrors.push(String(e.message));
 document.getElementById('js-errors').textContent=window.labErrors.join('\\n')});
 const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' '));_ce(...a)};</script>"""
+
+# The curve controls: the x-axis (step, tokens seen, training time: each trace's meta.x), smoothing (W&B's
+# debiased exponential moving average of each mean and seed curve; the ± std band stays raw) and the seeds'
+# own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
+# applied once every chart is drawn.
+CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
+</option><option value="tokens">tokens seen</option><option value="time">training time (s)</option></select>
+smoothing <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
+<span id="smooth-value">0.00</span> <label><input type="checkbox" id="seeds" onchange="labControls()"> each seed's
+curve</label></div><script>
+const labRaw={};
+function labEma(ys,w){let last=0,norm=0;return ys.map(v=>{if(v===null||!isFinite(v))return v;
+last=last*w+(1-w)*v;norm=norm*w+(1-w);return last/norm})}
+function labControls(){const w=+document.getElementById('smooth').value,seeds=document.getElementById('seeds').checked,
+axis=document.getElementById('xaxis').value;document.getElementById('smooth-value').textContent=w.toFixed(2);
+document.querySelectorAll('.chart.curve').forEach(div=>{if(!div.data)return;const idx=[],xs=[],ys=[],vis=[];
+div.data.forEach((t,i)=>{if(!t.meta||!t.meta.kind)return;const k=div.id+':'+i;
+labRaw[k]=labRaw[k]||{x:Array.from(t.x),y:Array.from(t.y)};const raw=labRaw[k];idx.push(i);
+xs.push(axis==='step'||!t.meta.x[axis]?raw.x:t.meta.x[axis]);ys.push(t.meta.kind==='band'?raw.y:labEma(raw.y,w));
+vis.push(t.meta.kind==='seed'?(seeds?true:'legendonly'):(t.visible===undefined?true:t.visible))});
+if(idx.length){Plotly.restyle(div,{x:xs,y:ys,visible:vis},idx);
+Plotly.relayout(div,{'xaxis.title.text':{step:'step',tokens:'tokens seen',time:'training time (s)'}[axis]})}});
+document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0)}
+function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
+if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
+if(h.has('x'))document.getElementById('xaxis').value=h.get('x');
+if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
+if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
+</script>"""
 
 
 def table(t: Table) -> str:
@@ -33,16 +64,39 @@ def table(t: Table) -> str:
     return f'<table class="{t.name}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _chart(i: int, title: str, fig) -> str:
+def _chart(i: int, title: str, fig, curve: bool) -> str:
     div = f"chart-{i}"
     script = (
         "(()=>{const f=" + fig.to_json().replace("</", "<\\/") + ";"
         f"Plotly.newPlot('{div}',f.data,f.layout,{{responsive:true,displaylogo:false}})"
-        ".then(()=>{document.body.dataset.rendered=(+document.body.dataset.rendered||0)+1})"
+        ".then(labReady)"
         ".catch(e=>{window.labErrors.push(String(e));document.getElementById('js-errors').textContent=window.labErrors.join('\\n')})"
         "})();"
     )
-    return f'<div class="chart" id="{div}" title="{html.escape(title)}"></div><script>{script}</script>'
+    return f'<div class="chart{" curve" if curve else ""}" id="{div}" title="{html.escape(title)}"></div><script>{script}</script>'
+
+
+def examples(report: Report) -> list[str]:
+    """Generated examples side by side, a box per variant: each run's last examples at or before the compared
+    step (the same step for every run when they log at the same steps)."""
+    budget = report.budget.step
+    kinds = sorted({k for r in report.runs for k, _, _ in r.examples})
+    parts = []
+    for kind in kinds:
+        boxes = []
+        for v in report.variants:
+            blocks = []
+            for r in v.runs:
+                mine = [(s, t) for k, s, t in r.examples if k == kind and (budget is None or s <= budget)]
+                if mine:
+                    step = max(s for s, _ in mine)
+                    blocks += [f"<div>{html.escape(v.seed_label(r))}, step {step:,}</div><pre>{html.escape(t)}</pre>"
+                               for s, t in mine if s == step]
+            if blocks:
+                boxes.append(f"<div class='example'><b>{html.escape(v.label)}</b>{''.join(blocks)}</div>")
+        if boxes:
+            parts.append(f"<h2>{html.escape(kind)} (per variant)</h2><div class='examples'>{''.join(boxes)}</div>")
+    return parts
 
 
 def render(report: Report) -> str:
@@ -59,12 +113,14 @@ def render(report: Report) -> str:
         "<h2>Summary</h2>", table(summary),
     ]
     i = 0
+    parts.append(CONTROLS)
     for section, charts in report.sections:
         parts.append(f"<h2>{html.escape(section)}</h2><div class='charts'>")
         for chart_title, fig in charts:
-            parts.append(_chart(i, chart_title, fig))
+            parts.append(_chart(i, chart_title, fig, curve=any(isinstance(t.meta, dict) and "kind" in t.meta for t in fig.data)))
             i += 1
         parts.append("</div>")
+    parts += examples(report)
     parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
     if skipped:
         parts += ["<h2>Not shown</h2>", table(skipped[0])]

@@ -31,6 +31,7 @@ class Run:
     status_note: str = ""  # the error line of a failed run, or why a run is taken to be stopped
     wall_s: float | None = None  # time spent training over all attempts (status.json), else train.log's closing line
     attempts: int = 1  # launches of this run (status.json): > 1 means it was resumed
+    examples: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, step, text): samples, translations
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -136,6 +137,15 @@ def find_runs(paths: list[Path]) -> tuple[list[Path], list[Skipped]]:
     return found, skipped
 
 
+# An example the task logged (lab.tasks.base.log_examples): "<kind> @ step <n> | <column>: <value> | ...", the
+# values may span lines, up to the next log line.
+EXAMPLE = re.compile(r"^\[[^\]\n]+\]\[lab\]\[INFO\] - ([\w/ -]+) @ step (\d+) \| (.*?)(?=^\[\d{4}-\d\d-\d\d[ T]|\Z)", re.M | re.S)
+
+
+def read_examples(log_text: str) -> list[tuple[str, int, str]]:
+    return [(m.group(1), int(m.group(2)), m.group(3).rstrip("\n")) for m in EXAMPLE.finditer(log_text)]
+
+
 def read_status(path: Path) -> dict:
     """status.json (lab.runtime.sweeps) as a dict; {} when the run wrote none or it is unreadable."""
     try:
@@ -178,11 +188,12 @@ def load_run(path: Path, root: Path) -> Run:
     status, note = run_status(path)
     recorded = read_status(path)
     log = path / "train.log"
-    wall = re.findall(r"finished in ([0-9.]+)s", log.read_text(errors="replace")[-4000:]) if log.is_file() else []
+    log_text = log.read_text(errors="replace") if log.is_file() else ""
+    wall = re.findall(r"finished in ([0-9.]+)s", log_text[-4000:])
     wall_s = recorded.get("wall_s") or (float(wall[-1]) if wall else None)
     return Run(name=name, path=path, config=config, overrides=list(overrides or []),
                rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note,
-               wall_s=wall_s, attempts=int(recorded.get("attempts") or 1))
+               wall_s=wall_s, attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text))
 
 
 def common_parent(paths: list[Path]) -> Path:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from lab.report.format import fmt, fmt_diff, fmt_duration, fmt_p, fmt_pm
 from lab.report.stats import Comparison, compare, holm, median, metric_direction
-from lab.report.variants import X_COLUMNS
+from lab.report.variants import X_AXES, X_COLUMNS
 
 if TYPE_CHECKING:
     from lab.report.runs import Run, Skipped
@@ -143,5 +143,6 @@ def skipped_table(skipped: list[Skipped]) -> Table:
 
 
 def curve_columns(runs: list[Run], columns: list[str]) -> list[str]:
-    """Metrics logged at more than one step by some run: these get curves."""
-    return [c for c in columns if c not in X_COLUMNS and any(len(r.series(c)[1]) > 1 for r in runs)]
+    """Metrics logged at more than one step by some run: these get curves (tokens seen and training time are
+    the curves' other x-axes, not curves)."""
+    return [c for c in columns if c not in X_COLUMNS and c not in X_AXES.values() and any(len(r.series(c)[1]) > 1 for r in runs)]

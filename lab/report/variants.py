@@ -12,6 +12,7 @@ from lab.report.stats import Stat, median, metric_direction
 # Config keys that differ between any two runs without being a choice (where and when the run was written).
 NOT_CHOICES = ("paths.", "dir", "save_dir", "default_root_dir", "dirpath", "ckpt_path", "cache_dir")
 X_COLUMNS = ("step", "epoch")
+X_AXES = {"tokens": "perf/tokens_seen", "time": "perf/train_s"}  # the page's other x-axes (logged by Throughput)
 BUDGETS = ("common", "finished")
 VALUES = ("final", "best")
 

@@ -23,13 +23,23 @@ def peak_flops(device: torch.device) -> float | None:
 class Throughput(L.Callback):
     """Logs perf/tokens_per_s (this device), perf/tokens_per_s_global (all devices) and perf/mfu every
     `every_n_batches` training batches, measured between batches so data loading counts, and validation
-    does not. FLOPs per token = 6 * active params + 12 * layers * d_model * seq_len (PaLM appendix B)."""
+    does not. FLOPs per token = 6 * active params + 12 * layers * d_model * seq_len (PaLM appendix B).
+    With them perf/tokens_seen (all devices, estimated as this device's count x world size) and
+    perf/train_s (seconds of training so far, without validation): both carried across a resume in the
+    checkpoint, so a report can draw curves against tokens or training time (lab.report)."""
 
     def __init__(self, every_n_batches: int = 10):
         self.every = every_n_batches
         self._t0: float | None = None
         self._tokens = 0
         self._first_step_logged = False
+        self.tokens_seen, self.train_s = 0, 0.0
+
+    def state_dict(self) -> dict:
+        return {"tokens_seen": self.tokens_seen, "train_s": self.train_s}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.tokens_seen, self.train_s = int(state_dict.get("tokens_seen", 0)), float(state_dict.get("train_s", 0.0))
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not self._first_step_logged and trainer.is_global_zero:
@@ -40,7 +50,9 @@ class Throughput(L.Callback):
         if self._t0 is None:
             self._t0, self._tokens, self._batches = time.perf_counter(), 0, 0
             self._seq_len = pl_module.sequence_length(batch)
-        self._tokens += pl_module.count_tokens(batch)
+        tokens = pl_module.count_tokens(batch)
+        self._tokens += tokens
+        self.tokens_seen += tokens * trainer.world_size
         self._batches += 1
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -50,7 +62,9 @@ class Throughput(L.Callback):
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - self._t0
         per_device = self._tokens / elapsed
-        metrics = {"perf/tokens_per_s": per_device, "perf/tokens_per_s_global": per_device * trainer.world_size}
+        self.train_s += elapsed
+        metrics = {"perf/tokens_per_s": per_device, "perf/tokens_per_s_global": per_device * trainer.world_size,
+                   "perf/tokens_seen": float(self.tokens_seen), "perf/train_s": self.train_s}
         peak = peak_flops(pl_module.device)
         cfg = getattr(pl_module.model, "cfg", None)
         if peak and cfg is not None:
@@ -61,4 +75,6 @@ class Throughput(L.Callback):
         self._t0 = None
 
     def on_validation_start(self, trainer, pl_module):
+        if self._t0 is not None:  # the training time of the window validation cuts short still counts
+            self.train_s += time.perf_counter() - self._t0
         self._t0 = None  # restart the window after validation
