@@ -631,3 +631,19 @@ def test_browser_shows_an_interrupted_sweep_and_a_mid_sweep_state_as_they_are(tm
     # at step 100 the runs differ by 0.3 (learned fell 0.003 per step, rotary not at all): a real, paired
     # difference at the same step; read at their ends (step 400 vs 100) it would be 1.2
     assert "+0.3" in row and "yes (paired t-test)" in row and "1.2" not in row
+
+
+def test_watch_sees_new_runs_a_glob_matches_and_finished_only_needs_a_finished_run(tmp_path, monkeypatch):
+    from lab.errors import LabError
+    from lab.report.__main__ import _signature
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1,))
+    monkeypatch.chdir(tmp_path)
+    before = _signature([Path("runs/*")])  # as `--watch "runs/*"` passes it: relative, quoted
+    assert before and str(root / "0" / "csv" / "metrics.csv") in {f for f, _, _ in before}
+    write_run(root / "1", {"name": "x", "seed": 2}, [{"step": 1, "val/loss": 2.0}])  # a new job of the sweep
+    assert len(_signature([Path("runs/*")])) > len(before)
+    for f in root.rglob("train.log"):
+        f.write_text("... step 3\n")  # no run has finished
+    with pytest.raises(LabError, match="--budget finished: no run has finished yet"):
+        collect([root], budget="finished")
