@@ -158,3 +158,46 @@ def test_an_answer_means_online_anything_else_offline(monkeypatch, status, expec
     monkeypatch.setattr(loggers, "USER_WANDB_MODE", None)
     assert loggers.decide_mode(None, False, 5, "d") == expected
 
+
+
+def test_an_id_in_the_config_is_the_runs_id_everywhere(tmp_path):
+    """A sweep job's W&B id (kept in its status.json) wins over the run directory's file, and is written there,
+    so status.json, <run dir>/wandb_id and the W&B run agree; without one the file's id is kept."""
+    from omegaconf import OmegaConf
+
+    from lab.runtime.autoresume import WANDB_ID_FILE, pin_wandb_run
+
+    (tmp_path / WANDB_ID_FILE).write_text("older000\n")
+    cfg = OmegaConf.create({"logger": {"wandb": {"mode": "offline", "id": "sweepjob1234"}}})
+    pin_wandb_run(cfg, tmp_path)
+    assert cfg.logger.wandb.id == "sweepjob1234" and (tmp_path / WANDB_ID_FILE).read_text().strip() == "sweepjob1234"
+    again = OmegaConf.create({"logger": {"wandb": {"mode": "offline"}}})
+    pin_wandb_run(again, tmp_path)
+    assert again.logger.wandb.id == "sweepjob1234" and again.logger.wandb.resume == "allow"
+
+
+def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_config(tmp_path, monkeypatch):
+    """The W&B logger's own rules, on a stand-in experiment: steps are the training steps, a resumed attempt
+    does not log again the steps its predecessor logged (wandb_last_step), ckpt_path of the run's own
+    checkpoint is not config."""
+    from lab.runtime.loggers import LAST_STEP_FILE, is_own_resume, step_wandb_logger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / LAST_STEP_FILE).write_text("abc123 7\n")
+    logger = step_wandb_logger()(save_dir=str(tmp_path), id="abc123", mode="offline")
+    logged = []
+
+    class Experiment:
+        id = "abc123"
+
+        def log(self, row, step):
+            logged.append((step, sorted(row)))
+
+    logger._experiment = Experiment()
+    for step in (6, 7, 8):
+        logger.log_metrics({"train/loss": 1.0}, step=step)
+    logger.log_metrics({"samples": 2.0})  # no step: joins the last row
+    assert logged == [(8, ["train/loss", "trainer/global_step"]), (8, ["samples", "trainer/global_step"])]
+    assert "anonymous" not in logger._wandb_init
+    assert is_own_resume({"ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"), "paths": {"output_dir": str(tmp_path)}})
+    assert not is_own_resume({"ckpt_path": "/elsewhere/pretrained.ckpt", "paths": {"output_dir": str(tmp_path)}})
