@@ -117,6 +117,10 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
         if budget is not None and last_steps and max(last_steps) > budget:
             fig.add_vline(x=budget, line=dict(dash="dot", color="#888"), annotation_text=f"compared at step {budget:,.0f}",
                           annotation_font_size=10)
+            # where that step lies on the other x-axes (the page moves the line when the axis changes)
+            at = {axis: sum(x) / len(x) for axis in X_AXES
+                  if (x := [p[0] for r in (r for v in variants for r in v.runs) if (p := x_at(r, axis, [budget]))])}
+            fig.update_layout(meta=dict(budget_x={"step": budget, **at}))
         out.append((column, _layout(fig, column, "step", column)))
     return out
 

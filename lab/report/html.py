@@ -26,33 +26,40 @@ document.getElementById('js-errors').textContent=window.labErrors.join('\\n')});
 const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' '));_ce(...a)};</script>"""
 
 # The curve controls: the x-axis (step, tokens seen, training time: each trace's meta.x), smoothing (W&B's
-# debiased exponential moving average of each mean and seed curve; the ± std band stays raw) and the seeds'
+# debiased exponential moving average of each mean and seed curve, and of the band's two edges) and the seeds'
 # own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
 # applied once every chart is drawn.
 CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
-</option><option value="tokens">tokens seen</option><option value="time">training time (s)</option></select>
+</option>{options}</select>
 smoothing <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
 <span id="smooth-value">0.00</span> <label><input type="checkbox" id="seeds" onchange="labControls()"> each seed's
 curve</label></div><script>
 const labRaw={};
 function labEma(ys,w){let last=0,norm=0;return ys.map(v=>{if(v===null||!isFinite(v))return v;
 last=last*w+(1-w)*v;norm=norm*w+(1-w);return last/norm})}
+function labBand(y,w){const n=y.length/2,low=y.slice(n).reverse();  // upper, then lower reversed
+return labEma(y.slice(0,n),w).concat(labEma(low,w).reverse())}
 function labControls(){const w=+document.getElementById('smooth').value,seeds=document.getElementById('seeds').checked,
 axis=document.getElementById('xaxis').value;document.getElementById('smooth-value').textContent=w.toFixed(2);
 document.querySelectorAll('.chart.curve').forEach(div=>{if(!div.data)return;const idx=[],xs=[],ys=[],vis=[];
 div.data.forEach((t,i)=>{if(!t.meta||!t.meta.kind)return;const k=div.id+':'+i;
 labRaw[k]=labRaw[k]||{x:Array.from(t.x),y:Array.from(t.y)};const raw=labRaw[k];idx.push(i);
-xs.push(axis==='step'||!t.meta.x[axis]?raw.x:t.meta.x[axis]);ys.push(t.meta.kind==='band'?raw.y:labEma(raw.y,w));
-vis.push(t.meta.kind==='seed'?(seeds?true:'legendonly'):(t.visible===undefined?true:t.visible))});
+const has=axis==='step'||!!t.meta.x[axis];xs.push(has?t.meta.x[axis]||raw.x:raw.x);ys.push(t.meta.kind==='band'?labBand(raw.y,w):labEma(raw.y,w));
+let v;if(!has){v='legendonly';raw.hid=true}else if(t.meta.kind==='seed')v=seeds?true:'legendonly';
+else if(raw.hid){v=true;raw.hid=false}else v=t.visible===undefined?true:t.visible;vis.push(v)});
 if(idx.length){Plotly.restyle(div,{x:xs,y:ys,visible:vis},idx);
-Plotly.relayout(div,{'xaxis.title.text':{step:'step',tokens:'tokens seen',time:'training time (s)'}[axis]})}});
+const sel=document.getElementById('xaxis'),lay={'xaxis.title.text':sel.options[sel.selectedIndex].text.trim()},
+b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?null:b[axis];
+lay['shapes[0].visible']=lay['annotations[0].visible']=x!==null;if(x!==null){lay['shapes[0].x0']=lay['shapes[0].x1']=x;
+lay['annotations[0].x']=x}}Plotly.relayout(div,lay)}});
 document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0)}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
 if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
-if(h.has('x'))document.getElementById('xaxis').value=h.get('x');
+const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value===h.get('x')))sel.value=h.get('x');
 if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
 if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
 </script>"""
+AXIS_NAMES = {"tokens": "tokens seen", "time": "training time (s)"}
 
 
 def table(t: Table) -> str:
@@ -113,7 +120,9 @@ def render(report: Report) -> str:
         "<h2>Summary</h2>", table(summary),
     ]
     i = 0
-    parts.append(CONTROLS)
+    axes = {a for _, charts in report.sections for _, fig in charts for t in fig.data
+            if isinstance(t.meta, dict) and "kind" in t.meta for a in t.meta["x"]}  # those some run logged
+    parts.append(CONTROLS.replace("{options}", "".join(f'<option value="{a}">{n}</option>' for a, n in AXIS_NAMES.items() if a in axes)))
     for section, charts in report.sections:
         parts.append(f"<h2>{html.escape(section)}</h2><div class='charts'>")
         for chart_title, fig in charts:
