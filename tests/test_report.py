@@ -647,3 +647,41 @@ def test_watch_sees_new_runs_a_glob_matches_and_finished_only_needs_a_finished_r
         f.write_text("... step 3\n")  # no run has finished
     with pytest.raises(LabError, match="--budget finished: no run has finished yet"):
         collect([root], budget="finished")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_the_pages_smoothing_in_a_browser_equals_a_weighted_average_by_hand(tmp_path):
+    """The page's own smoothing functions (html.CONTROLS), run by Chromium: the debiased exponential moving
+    average equals the explicit weighted mean sum w^(i-j) v_j / sum w^(i-j); missing values stay missing;
+    a band's two edges are smoothed each in step order."""
+    import json as json_lib
+
+    from lab.report.html import CONTROLS
+
+    probe = ("<script>document.body.dataset.ema=JSON.stringify(labEma([1,2,3,null,5],0.6));"
+             "document.body.dataset.band=JSON.stringify(labBand([3,4,5,1,0,-1],0.6))</script>")
+    page = tmp_path / "controls.html"
+    page.write_text(f"<!doctype html><html><body>{CONTROLS.replace('{options}', '')}{probe}</body></html>")
+    dom = _dom(page.as_uri(), tmp_path / "p")
+
+    def by_hand(values, w):
+        out, seen = [], []
+        for v in values:
+            if v is None:
+                out.append(None)
+                continue
+            seen.append(v)
+            weights = [w ** (len(seen) - 1 - j) for j in range(len(seen))]
+            out.append(sum(wt * x for wt, x in zip(weights, seen)) / sum(weights))
+        return out
+
+    ema = json_lib.loads(html_unescape(re.search(r'data-ema="([^"]*)"', dom).group(1)))
+    band = json_lib.loads(html_unescape(re.search(r'data-band="([^"]*)"', dom).group(1)))
+    assert ema[3] is None and [e for e in ema if e is not None] == pytest.approx([e for e in by_hand([1, 2, 3, None, 5], 0.6) if e is not None])
+    assert band == pytest.approx(by_hand([3, 4, 5], 0.6) + by_hand([-1, 0, 1], 0.6)[::-1])
+
+
+def html_unescape(text: str) -> str:
+    import html as html_lib
+
+    return html_lib.unescape(text)
