@@ -12,7 +12,7 @@ def check(model) -> list[str]:
     wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None}
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ("relu", "gelu"):
-        missing.append("model.ffn=relu or gelu")
+        missing.append("model.ffn=relu")  # or gelu
     if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
         missing.append("model.share_embeddings=true")
     return missing
