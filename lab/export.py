@@ -14,7 +14,7 @@ from lab.runtime.cli import user_errors_exit
 def main(cfg: DictConfig) -> None:
     from lab.errors import LabError  # noqa: PLC0415
     from lab.runtime.checkpoints import load_model, resolve_checkpoint  # noqa: PLC0415
-    from lab.runtime.export import export  # noqa: PLC0415
+    from lab.runtime.hf import export  # noqa: PLC0415
 
     if not cfg.get("out_dir"):
         raise LabError("give out_dir=<directory for model.safetensors, config.json and the tokenizer>")

@@ -16,7 +16,7 @@ from lab.models.decoding import generate, greedy_translate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.export import export
+from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 

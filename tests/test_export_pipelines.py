@@ -14,7 +14,7 @@ from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
 from lab.runtime import inference
-from lab.runtime.export import export
+from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -112,7 +112,7 @@ def test_fill_mask_pipeline_gives_lab_fill_mask(wordpiece, tmp_path):
     model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, **BERT))
     export(model, wordpiece, _meta(max_length=32), tmp_path)
     pipe = transformers.pipeline("fill-mask", model=str(tmp_path), device="cpu", top_k=3)
-    # special-token strings other than [MASK] are left out: in the MLM's tokenizer they are tokens (lab.runtime.export.tokenizer)
+    # special-token strings other than [MASK] are left out: in the MLM's tokenizer they are tokens (lab.runtime.hf.tokenizer)
     texts = [f"{t} [MASK] end" for t in TRICKY if "[CLS]" not in t] + ["[MASK]ing the  sun\r\n", "juliet [MASK]"]
     for text in texts:
         (predictions,), _ = inference.fill_mask(model, wordpiece, text, 3, 32)

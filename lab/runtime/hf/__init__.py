@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.export import bert, gpt2, llama, marian, mixtral, tokenizer
+from lab.runtime.hf import bert, gpt2, llama, marian, mixtral, tokenizer
 
 log = logging.getLogger("lab")
 
@@ -30,6 +30,21 @@ CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "AutoModelForCausalLM",
                 "MixtralForCausalLM": "AutoModelForCausalLM", "MarianMTModel": "AutoModelForSeq2SeqLM",
                 "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}
+
+
+def _builders():
+    from lab.models.encoder import EncoderClassifier, MaskedLM  # noqa: PLC0415
+    from lab.models.gpt import GPT  # noqa: PLC0415
+    from lab.models.seq2seq import EncoderDecoder  # noqa: PLC0415
+
+    return {"lm": lambda kw: GPT(**kw), "seq2seq": lambda kw: EncoderDecoder(**kw), "mlm": lambda kw: MaskedLM(**kw),
+            "encoder": lambda kw: EncoderClassifier(**kw)}
+
+
+# Hugging Face class -> (family module, kind of lab model): what lab.runtime.hf.importing.load reads
+IMPORTS = {name: (family, kind) for kind, families in
+           (("lm", LM_FAMILIES), ("seq2seq", SEQ2SEQ_FAMILIES), ("mlm", MLM_FAMILIES), ("encoder", CLASSIFIER_FAMILIES))
+           for name, family in families}
 
 
 @dataclass

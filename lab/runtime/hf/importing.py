@@ -1,0 +1,172 @@
+"""Hugging Face model directories into lab: config.json -> lab's model settings (each family's `arch`), and the
+weights through the very mapping that exports them (each family's `convert`), run backwards.
+
+The export mappings are pure rearrangements (split, transpose, reorder, stack; constant zeros where lab has no
+parameter). Running `convert` on a copy of the lab model whose every parameter element holds its own number
+(1, 2, 3, ...) gives, for each Hugging Face tensor element, the lab element it comes from (0: a constant zero).
+Importing gathers each lab element from where its number landed, so import and export are one mapping and a
+round trip lab -> HF -> lab is bit-exact by construction. Two checks keep an import from being silently wrong:
+where lab writes a constant zero the file must hold zeros, and where lab writes one parameter under two names
+(tied embeddings) the file's two copies must be equal. Only safetensors and JSON are read: nothing in the
+directory runs code."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lab.errors import LabError
+
+log = logging.getLogger("lab")
+
+FILES = "config.json, model.safetensors and tokenizer.json"
+
+
+@dataclass
+class Imported:
+    model: torch.nn.Module
+    tokenizer: object
+    hf_class: str
+    config: dict  # the directory's config.json
+
+
+def read_dir(path: str | Path) -> tuple[Path, dict]:
+    """-> (directory, config.json); one LabError naming what is missing."""
+    p = Path(str(path)).expanduser()
+    if not p.is_dir():
+        raise LabError(f"{p} is not a directory; give a Hugging Face model directory with {FILES}")
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (p / f).is_file()]
+    if missing:
+        hint = " (a sharded or pickled checkpoint: save it with save_pretrained(dir, safe_serialization=True, " \
+               "max_shard_size='100GB'))" if "model.safetensors" in missing else ""
+        raise LabError(f"{p} lacks {', '.join(missing)}; lab reads a Hugging Face directory with {FILES}{hint}")
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except ValueError as e:
+        raise LabError(f"{p / 'config.json'} is not JSON ({e})") from e
+    return p, config
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file  # noqa: PLC0415 - the export extra
+
+    return {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
+
+
+def read_tokenizer(path: Path):
+    """tokenizer.json as lab's tokenizer: the `tokenizers` object itself (lab adds no specials to a text's ids;
+    the file's post-processor is not used), or, for a word-level vocabulary of single characters (lab's own
+    character export), lab's character tokenizer."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    from lab.data.tokenizers import CharTokenizer, HFTokenizer  # noqa: PLC0415
+
+    backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+    d = json.loads(backend.to_str())
+    specials = [t["content"] for t in sorted(d["added_tokens"], key=lambda t: t["id"]) if t["special"]]
+    kind = d["model"]["type"]
+    if kind == "WordLevel":
+        itos = [s for s, _ in sorted(d["model"]["vocab"].items(), key=lambda kv: kv[1])]
+        if itos[: len(specials)] == specials and all(len(c) == 1 for c in itos[len(specials):]):
+            return CharTokenizer(itos[len(specials):], specials)
+    return HFTokenizer(backend, {"BPE": "bpe", "WordPiece": "wordpiece"}.get(kind, kind.lower()), specials)
+
+
+def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int, int]]]:
+    """A float64 copy of model whose parameters hold 1, 2, 3, ... (element numbers, exact up to 2^53), and
+    {parameter name: (first number, count)}. Tied parameters are one parameter: one range."""
+    copy_ = copy.deepcopy(model).to(torch.float64)
+    ranges, start = {}, 1
+    with torch.no_grad():
+        for name, p in copy_.named_parameters():
+            p.copy_(torch.arange(start, start + p.numel(), dtype=torch.float64).view_as(p))
+            ranges[name], start = (start, p.numel()), start + p.numel()
+    return copy_, ranges
+
+
+def load_state(model: torch.nn.Module, convert, state: dict[str, torch.Tensor], source: str,
+               only: str | None = None) -> list[str]:
+    """Copy a Hugging Face state dict into model through convert (model -> (config, HF state)) run backwards.
+    only: a parameter-name prefix (a classifier takes "encoder." and keeps its new head). -> the names loaded.
+    Refuses in one line, before changing anything, when a tensor is missing or has another shape, when the file
+    holds non-zero values where lab's layout has none, or two different copies of one lab parameter."""
+    copy_, ranges = traced(model)
+    with torch.no_grad():
+        _, ids = convert(copy_, {})
+    wanted = {n: r for n, r in ranges.items() if only is None or n.startswith(only)}
+    shapes = [f"{k}: file {tuple(state[k].shape)} vs lab {tuple(v.shape)}" for k, v in ids.items()
+              if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    if shapes:
+        raise LabError(f"{source}: tensors of other shapes than its config.json says: {'; '.join(shapes[:3])}")
+    present = [k for k in ids if k in state]
+    src_ids = torch.cat([ids[k].reshape(-1) for k in present]).long()
+    src = torch.cat([state[k].reshape(-1) for k in present])
+    owner = torch.repeat_interleave(torch.arange(len(present)), torch.tensor([ids[k].numel() for k in present]))
+    where = torch.full((max(s + n for s, n in ranges.values()),), -1, dtype=torch.long)
+    where[src_ids] = torch.arange(len(src_ids))  # an element's position in src (the last copy of a tied one)
+    zeros = (src_ids == 0) & (src != 0)
+    if zeros.any():
+        names = sorted({present[i] for i in owner[zeros].tolist()})
+        raise LabError(f"{source}: {', '.join(names[:4])} hold non-zero values where lab's model has no parameter "
+                       "(e.g. a bias lab's layout lacks); lab cannot reproduce this model exactly")
+    real = src_ids > 0
+    copies = real & (src != src[where[src_ids].clamp(min=0)])
+    if copies.any():
+        names = sorted({present[i] for i in owner[copies].tolist()})
+        raise LabError(f"{source}: {', '.join(names[:4])} differ from another tensor lab keeps as one parameter "
+                       "(tied embeddings); set tie_word_embeddings=false in its config.json if they are separate")
+    missing = sorted({n for n, (s, c) in wanted.items() if (where[s : s + c] < 0).any()})
+    if missing:
+        absent = sorted(k for k in ids if k not in state)
+        raise LabError(f"{source}: model.safetensors lacks {', '.join(absent[:4]) or 'tensors'} for lab's "
+                       f"{', '.join(missing[:4])}")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, (s, c) in wanted.items():
+            params[n].copy_(src[where[s : s + c]].view_as(params[n]))
+    unused = sorted(set(state) - set(ids))
+    if unused:
+        log.info("%s: %d tensor(s) lab's model has no place for, not loaded: %s", source, len(unused),
+                 ", ".join(unused[:6]) + (", ..." if len(unused) > 6 else ""))
+    return list(wanted)
+
+
+def load(path: str | Path) -> Imported:
+    """A Hugging Face model directory -> lab's model (eval mode, float32) and tokenizer."""
+    from lab.runtime.hf import IMPORTS, _builders  # noqa: PLC0415
+
+    p, config = read_dir(path)
+    name = (config.get("architectures") or ["?"])[0]
+    if name not in IMPORTS:
+        raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(IMPORTS)}")
+    family, kind = IMPORTS[name]
+    state, tok = read_weights(p), read_tokenizer(p)
+    if hasattr(family, "fold"):
+        state = family.fold(state, config)
+    model = _builders()[kind](family.arch(config, state, name, tok))
+    load_state(model, family.convert, state, str(p))
+    log.info("imported %s from %s: %d parameters", name, p, sum(t.numel() for t in model.parameters()))
+    return Imported(model.eval(), tok, name, config)
+
+
+def setting(config: dict, key: str, allowed: tuple, default=None):
+    """config.json's value of key, refused in one line unless lab reproduces it (allowed)."""
+    value = config.get(key, default)
+    if value not in allowed:
+        raise LabError(f"config.json has {key}={value!r}; lab reproduces {' or '.join(map(repr, allowed))} only "
+                       "(its layers have no other setting for it)")
+    return value
+
+
+def has_bias(state: dict[str, torch.Tensor], is_bias) -> bool:
+    """Whether any of the layout's bias tensors (is_bias(name)) is non-zero: all zero is lab's model.bias=false,
+    said in one line (the same function, fewer parameters)."""
+    names = [k for k in state if is_bias(k)]
+    if names and not any(state[k].any() for k in names):
+        log.info("all %d bias tensors are zero: imported with model.bias=false (the same function)", len(names))
+        return False
+    return bool(names)
