@@ -200,3 +200,66 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48))
     with pytest.raises(LabError, match="hidden_act='gelu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' only"):
         load(_save(bert, HFTokenizer.train([TEXT], SPECIALS, 50, "wordpiece"), tmp_path / "bert"))
+
+
+# ---------------------------------------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def small_bert(tmp_path_factory):
+    """A transformers BertForMaskedLM of lab's test sizes, with its WordPiece tokenizer."""
+    tok = HFTokenizer.train(["a gorgeous moving film. the worst movie of the year, dull and long."] * 20, SPECIALS,
+                            vocab_size=120, kind="wordpiece")
+    config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=128, max_position_embeddings=32, hidden_act="gelu_new",
+                                     layer_norm_eps=1e-5, type_vocab_size=2)
+    return _save(_randomised(transformers.BertForMaskedLM(config)), tok, tmp_path_factory.mktemp("bert")), tok
+
+
+def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
+    from lab.runtime.hf.importing import init_from
+
+    bert, tok = small_bert
+    model = EncoderClassifier(tok.vocab_size, 0, 2, d_model=32, n_layers=1, n_heads=2, max_seq_len=32)  # pre-norm
+    keys = dict.fromkeys(("d_model", "n_layers", "n_heads", "max_seq_len", "norm_placement", "positions"))
+    with pytest.raises(LabError) as e:
+        init_from(model, str(bert), {"config": {"model": keys}})
+    assert str(e.value).endswith("; add model.norm_placement=post +model.embed_norm=true")
+    gpt = _model(tok.vocab_size, **CASES["gpt2-char"][2])
+    with pytest.raises(LabError, match="is a BertForMaskedLM, which a GPT cannot start from"):
+        init_from(gpt, str(bert), {})
+
+
+@pytest.mark.slow  # a training run (lab.train in a subprocess)
+def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
+    """model.init_from=<BERT dir> through lab.train, the overrides as the refusal names them: the encoder is
+    loaded (the directory's tokenizer reads the data), the pooler and head for the data's labels are new."""
+    from conftest import run_dirs, train
+
+    bert, _ = small_bert
+    train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
+           "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
+           "+model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+           "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
+           "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
+    (run,) = run_dirs(tmp_path)
+    log = (run / "train.log").read_text()
+    encoder = 4 + 12  # embeddings (tokens, positions, norm weight and bias) + one block's 12 tensors
+    assert f"init_from {bert} (BertForMaskedLM): loaded {encoder} tensors; new (trained from init): " \
+           "pool.dense.weight, pool.dense.bias, classifier.weight, classifier.bias" in log
+
+
+def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_path):
+    """Export, then init_from into a fresh model of the same settings: every tensor loaded, bit for bit."""
+    from lab.runtime.hf.importing import init_from
+
+    layout = CASES["mixtral-bpe-top2"][2]
+    trained = _model(bpe.vocab_size, **layout)
+    export(trained, bpe, {}, tmp_path)
+    torch.manual_seed(5)
+    fresh = _model(bpe.vocab_size, **layout)
+    init_from(fresh, str(tmp_path), {"tokenizer": bpe.to_json()})
+    _same_model(trained, fresh)
+    other = HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=290, kind="bpe")
+    with pytest.raises(LabError, match="the data's tokenizer is not the model's"):
+        init_from(_model(bpe.vocab_size, **layout), str(tmp_path), {"tokenizer": other.to_json()})

@@ -43,6 +43,15 @@ class Task(L.LightningModule):
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def setup(self, stage: str) -> None:
+        """model.init_from=<Hugging Face model directory>: its weights go into the model when training starts
+        (not when resuming, and never at inference: the trained weights are in this task's own checkpoints)."""
+        path = getattr(self.model, "init_from", None)
+        if stage == "fit" and path and not self.trainer.ckpt_path:
+            from lab.runtime.hf.importing import init_from  # noqa: PLC0415
+
+            init_from(self.model, str(path), self.lab_metadata)
+
     def configure_model(self) -> None:
         """Under lab.runtime.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
         root, with the strategy's mixed precision, activation checkpointing and per-block compile settings.

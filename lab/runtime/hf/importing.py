@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from lab.data.tokenizers import tokenizer_from_hf_dir
 from lab.errors import LabError
 
 log = logging.getLogger("lab")
@@ -55,25 +56,6 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file  # noqa: PLC0415 - the export extra
 
     return {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
-
-
-def read_tokenizer(path: Path):
-    """tokenizer.json as lab's tokenizer: the `tokenizers` object itself (lab adds no specials to a text's ids;
-    the file's post-processor is not used), or, for a word-level vocabulary of single characters (lab's own
-    character export), lab's character tokenizer."""
-    from tokenizers import Tokenizer  # noqa: PLC0415
-
-    from lab.data.tokenizers import CharTokenizer, HFTokenizer  # noqa: PLC0415
-
-    backend = Tokenizer.from_file(str(path / "tokenizer.json"))
-    d = json.loads(backend.to_str())
-    specials = [t["content"] for t in sorted(d["added_tokens"], key=lambda t: t["id"]) if t["special"]]
-    kind = d["model"]["type"]
-    if kind == "WordLevel":
-        itos = [s for s, _ in sorted(d["model"]["vocab"].items(), key=lambda kv: kv[1])]
-        if itos[: len(specials)] == specials and all(len(c) == 1 for c in itos[len(specials):]):
-            return CharTokenizer(itos[len(specials):], specials)
-    return HFTokenizer(backend, {"BPE": "bpe", "WordPiece": "wordpiece"}.get(kind, kind.lower()), specials)
 
 
 def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int, int]]]:
@@ -144,7 +126,7 @@ def load(path: str | Path) -> Imported:
     if name not in IMPORTS:
         raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(IMPORTS)}")
     family, kind = IMPORTS[name]
-    state, tok = read_weights(p), read_tokenizer(p)
+    state, tok = read_weights(p), tokenizer_from_hf_dir(p)
     if hasattr(family, "fold"):
         state = family.fold(state, config)
     model = _builders()[kind](family.arch(config, state, name, tok))
@@ -170,3 +152,72 @@ def has_bias(state: dict[str, torch.Tensor], is_bias) -> bool:
         log.info("all %d bias tensors are zero: imported with model.bias=false (the same function)", len(names))
         return False
     return bool(names)
+
+
+def is_hf_dir(path: str) -> bool:
+    p = Path(str(path)).expanduser()
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+TRAINING_ONLY = ("dropout", "init_std", "moe")  # settings that leave the function (and the weights) as they are
+MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
+
+
+def differences(model, other) -> list[str]:
+    """The model.* settings (as "model.k=v") that make model compute another function than other."""
+    diffs = [f"model.{k}={v}" for k, v in vars(other.cfg).items()
+             if k not in TRAINING_ONLY and getattr(model.cfg, k) != v]
+    mine, theirs = model.cfg.moe, other.cfg.moe
+    if (mine is None) != (theirs is None):
+        diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {theirs[k]}' for k in MOE_FUNCTION)}}}")
+    elif theirs is not None:
+        def value(layer, k: str):  # expert_hidden=None means d_ff: compare the width the experts have
+            return layer.experts.w_out.shape[-1] if k == "expert_hidden" else getattr(layer.moe, k)
+
+        mine, theirs = model.decoder.layers[0].ffn, other.decoder.layers[0].ffn
+        diffs += [f"model.moe.{k}={value(theirs, k)}" for k in MOE_FUNCTION if value(mine, k) != value(theirs, k)]
+    return diffs
+
+
+def vocabulary(tok) -> dict[str, int]:
+    return tok.backend.get_vocab(with_added_tokens=True) if hasattr(tok, "backend") else {s: i for i, s in enumerate(tok.itos)}
+
+
+def init_from(model, path: str, meta: dict) -> None:
+    """model.init_from=<Hugging Face directory>: its weights into the task's model before training. The model's
+    settings must be the directory's (else one error with the overrides to type) and so must the data's tokenizer;
+    a classifier takes the encoder (and BERT's pooler when pooling=bert) and keeps its new head for the data's
+    labels. Said in one line: what was loaded, what starts from init."""
+    from lab.runtime.hf import as_typed  # noqa: PLC0415
+
+    imported = load(path)
+    wanted = {"GPT": ("GPT",), "EncoderDecoder": ("EncoderDecoder",), "EncoderClassifier": ("MaskedLM", "EncoderClassifier")}
+    kind = type(model).__name__
+    if type(imported.model).__name__ not in wanted.get(kind, ()):
+        raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
+                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM -> the LM; BertForMaskedLM, "
+                       "BertForSequenceClassification -> the classifier; MarianMTModel -> the translator")
+    keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
+    hints = [as_typed(h, keys) for h in differences(model, imported.model)]
+    if hints:
+        raise LabError(f"model.init_from={path} is a {imported.hf_class} with other settings than this model's; "
+                       f"add {' '.join(hints)}")
+    if (meta or {}).get("tokenizer"):
+        from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
+
+        if vocabulary(tokenizer_from_json(meta["tokenizer"])) != vocabulary(imported.tokenizer):
+            fix = (f"read the data with it: data.tokenizer_from={path}" if kind == "EncoderClassifier" else
+                   "lab's LM and translation data train their own tokenizer (no data.tokenizer_from yet), so only a "
+                   "model exported from a run on this data and tokenizer can continue here")
+            raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); {fix}")
+    own, src = model.state_dict(), imported.model.state_dict()
+    head = ("classifier.",) if kind == "EncoderClassifier" else ()
+    loaded = [k for k in own if k in src and not k.startswith(head) and own[k].shape == src[k].shape]
+    new = [k for k in own if k not in loaded]
+    if not head and new:  # an LM or translator takes every tensor
+        raise LabError(f"model.init_from={path} lacks {', '.join(new[:4])} for this model")
+    with torch.no_grad():
+        for k in loaded:
+            own[k].copy_(src[k])
+    log.info("init_from %s (%s): loaded %d tensors; new (trained from init): %s", path, imported.hf_class,
+             len(loaded), ", ".join(new) or "-")
