@@ -24,8 +24,8 @@ class ClassificationTask(Task):
     checkpoint's here, a Hugging Face BERT directory's in Task.setup."""
 
     def __init__(self, model: nn.Module, optimizer, scheduler=None, label_smoothing: float = 0.0,
-                 class_weights: list[float] | None = None, num_examples: int = 8):
-        super().__init__(model, optimizer, scheduler)
+                 class_weights: list[float] | None = None, num_examples: int = 8, finetune: dict | None = None):
+        super().__init__(model, optimizer, scheduler, finetune)
         num_labels = model.classifier.out_features
         self.label_smoothing, self.num_examples = label_smoothing, num_examples
         if class_weights is not None and len(class_weights) != num_labels:
