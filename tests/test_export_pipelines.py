@@ -35,8 +35,8 @@ def _perturbed(model):
     return model.eval()
 
 
-def _meta(**data) -> dict:
-    return {"config": {"model": {"max_seq_len": 64}, "data": data}, "data": {"labels": data.get("labels")}}
+def _meta(max_seq_len: int = 64, **data) -> dict:
+    return {"config": {"model": {"max_seq_len": max_seq_len}, "data": data}, "data": {"labels": data.get("labels")}}
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +141,32 @@ def test_translation_tokenize_then_generate_gives_lab_translate(tmp_path):
         limit = min(int(ids.shape[1] * 1.5) + 10, 40 - 1)  # lab's default length limit
         out = hf.generate(ids, max_new_tokens=limit, num_beams=1, do_sample=False)
         assert hf_tok.decode(out[0], skip_special_tokens=True) == translation, repr(text)
+
+
+def test_classifier_pipeline_accuracy_equals_lab_classify_on_the_test_split(tmp_path):
+    """The movie-review test split through transformers' pipeline and through lab.classify: the same label for
+    every sentence, so the same accuracy (the export's [CLS]/[SEP] and normaliser are what make it so)."""
+    from conftest import CACHE_DIR
+
+    from lab.data.classification import BERT_SPECIALS as SPECIALS
+    from lab.data.classification import MovieReviews, load_split
+    from lab.data.text import normalize_sentence
+
+    splits, _ = load_split(MovieReviews(), CACHE_DIR, 0)
+    tok = HFTokenizer.train([normalize_sentence(t) for t, _, _ in splits["train"]], SPECIALS, 2000, "wordpiece")
+    texts, gold = [t for t, _, _ in splits["test"]], [y for _, y, _ in splits["test"]]
+    labels = ["negative", "positive"]
+    torch.manual_seed(0)
+    model = _perturbed(EncoderClassifier(tok.vocab_size, 0, 2, pooling="bert", **{**BERT, "max_seq_len": 128}))
+    with torch.no_grad():  # predictions that depend on the text: logits centred on their mean over the split
+        model.classifier.weight.mul_(30)
+        model.classifier.bias.sub_(model(torch.nn.utils.rnn.pad_sequence(
+            [torch.tensor(encode_sentence(tok, t, 128)) for t in texts[:200]], batch_first=True)).mean(0))
+    export(model, tok, _meta(128, max_length=128, labels=labels), tmp_path)
+    ours = [label for label, _ in inference.classify(model, tok, labels, texts, 128)]
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path), device="cpu")
+    theirs = [r["label"] for r in pipe(texts, truncation=True, batch_size=64)]
+    accuracy = lambda predicted: sum(p == y for p, y in zip(predicted, gold)) / len(gold)  # noqa: E731
+    assert len(texts) > 1000 and 0 < ours.count("positive") < len(texts)
+    assert accuracy(theirs) == accuracy(ours)
+    assert theirs == ours
