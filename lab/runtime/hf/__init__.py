@@ -1,9 +1,12 @@
-"""Export a lab checkpoint to the Hugging Face format: model.safetensors + config.json (+ generation_config.json)
-+ tokenizer files, loadable with `transformers` and no lab installed.
+"""lab models in and out of the Hugging Face format. Export: model.safetensors + config.json
+(+ generation_config.json) + tokenizer files, loadable with `transformers` and no lab installed. Import
+(lab.runtime.hf.importing): such a directory into lab's model and tokenizer, through the same mappings.
 
 One module per target family: each has `check(model) -> list[str]` (the fields that keep the model from being
-reproduced exactly; empty when it can be) and `convert(model, meta) -> (config dict, state dict)`. The first
-family whose check passes is used; when none does, one error names the fields and the nearest layout.
+reproduced exactly; empty when it can be), `convert(model, meta) -> (config dict, state dict)` (a pure
+rearrangement of the weights, which import runs backwards) and `arch(config, state, name, tok)` (config.json ->
+lab's model arguments). The first family whose check passes is used; when none does, one error names the fields
+and the nearest layout.
 """
 from __future__ import annotations
 
@@ -133,11 +136,13 @@ def export(model, tok, meta: dict, out_dir: Path) -> Exported:
               str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     files = ["model.safetensors", "config.json"]
+    length = trained_length(model, meta)
     if kind in ("lm", "seq2seq"):  # generation settings where the model generates
         generation = {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"], "do_sample": False}
-        if "decoder_start_token_id" in config:
-            generation |= {"decoder_start_token_id": config["decoder_start_token_id"], "forced_eos_token_id": ids["eos"]}
+        if "decoder_start_token_id" in config:  # a translation: at most the trained length, as lab.translate
+            generation |= {"decoder_start_token_id": config["decoder_start_token_id"], "forced_eos_token_id": ids["eos"],
+                           "max_length": length}
         (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         files.append("generation_config.json")
-    files += tokenizer.write(tok, out_dir, kind, trained_length(model, meta), ids)
+    files += tokenizer.write(tok, out_dir, kind, length, ids)
     return Exported(name, AUTO_CLASSES[name], files)
