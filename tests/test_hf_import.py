@@ -92,8 +92,9 @@ def _randomised(model):
     return model.eval()
 
 
-def _save(hf, tok, out):
-    hf.save_pretrained(out)
+def _save(hf, tok, out, shard=None):
+    hf.save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
+    assert (out / "model.safetensors.index.json").is_file() == bool(shard)
     tok.backend.save(str(out / "tokenizer.json"))
     return out
 
@@ -129,7 +130,7 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
         hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**small, num_local_experts=4,
                                                                         num_experts_per_tok=2, rope_theta=10000.0))
     hf = _randomised(hf)
-    out = _save(hf, bpe, tmp_path)
+    out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
     ids = torch.randint(0, V, (2, 40), generator=torch.Generator().manual_seed(1))
     imported = _compare(out, (ids,), hf)
     assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
@@ -263,3 +264,15 @@ def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_
     other = HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=290, kind="bpe")
     with pytest.raises(LabError, match="the data's tokenizer is not the model's"):
         init_from(_model(bpe.vocab_size, **layout), str(tmp_path), {"tokenizer": other.to_json()})
+
+
+def test_a_missing_shard_is_one_error(bpe, tmp_path):
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path, shard="40KB")
+    shards = sorted(out.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    with pytest.raises(LabError, match=f"lacks the shard\\(s\\) {shards[-1].name} its model.safetensors.index.json names"):
+        load(out)

@@ -25,6 +25,7 @@ from lab.errors import LabError
 log = logging.getLogger("lab")
 
 FILES = "config.json, model.safetensors and tokenizer.json"
+SHARDS = "model.safetensors.index.json"  # a large model's weights in several safetensors files
 
 
 @dataclass
@@ -40,10 +41,11 @@ def read_dir(path: str | Path) -> tuple[Path, dict]:
     p = Path(str(path)).expanduser()
     if not p.is_dir():
         raise LabError(f"{p} is not a directory; give a Hugging Face model directory with {FILES}")
-    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (p / f).is_file()]
+    weights = "model.safetensors" if not (p / SHARDS).is_file() else SHARDS
+    missing = [f for f in ("config.json", weights, "tokenizer.json") if not (p / f).is_file()]
     if missing:
-        hint = " (a sharded or pickled checkpoint: save it with save_pretrained(dir, safe_serialization=True, " \
-               "max_shard_size='100GB'))" if "model.safetensors" in missing else ""
+        hint = " (or model.safetensors.index.json and its shards; lab reads no pickled pytorch_model.bin: save the " \
+               "model with save_pretrained(dir, safe_serialization=True))" if weights in missing else ""
         raise LabError(f"{p} lacks {', '.join(missing)}; lab reads a Hugging Face directory with {FILES}{hint}")
     try:
         config = json.loads((p / "config.json").read_text())
@@ -53,9 +55,19 @@ def read_dir(path: str | Path) -> tuple[Path, dict]:
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, or the shards model.safetensors.index.json names, as float32 tensors."""
     from safetensors.torch import load_file  # noqa: PLC0415 - the export extra
 
-    return {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
+    files = ["model.safetensors"]
+    if (path / SHARDS).is_file():
+        try:
+            files = sorted(set(json.loads((path / SHARDS).read_text())["weight_map"].values()))
+        except (ValueError, KeyError) as e:
+            raise LabError(f"{path / SHARDS} is not a shard index ({e})") from e
+        absent = [f for f in files if not (path / Path(f).name).is_file()]
+        if absent:
+            raise LabError(f"{path} lacks the shard(s) {', '.join(absent[:3])} its {SHARDS} names")
+    return {k: v.float() for f in files for k, v in load_file(str(path / Path(f).name)).items()}
 
 
 def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int, int]]]:
