@@ -13,16 +13,18 @@ from lab.runtime.cli import user_errors_exit
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.checkpoints import load_model  # noqa: PLC0415
-    from lab.runtime.export import export  # noqa: PLC0415
+    from lab.runtime.checkpoints import load_model, resolve_checkpoint  # noqa: PLC0415
+    from lab.runtime.hf import export  # noqa: PLC0415
 
     if not cfg.get("out_dir"):
         raise LabError("give out_dir=<directory for model.safetensors, config.json and the tokenizer>")
-    model, tok, meta = load_model(cfg.ckpt_path, "cpu")
+    path = resolve_checkpoint(str(cfg.ckpt_path))  # a run directory: its best checkpoint, said in one line
+    model, tok, meta = load_model(path, "cpu")
     out = Path(str(cfg.out_dir)).expanduser()
-    name = export(model, tok, meta, out)
-    print(f"wrote {name} to {out}: model.safetensors, config.json, generation_config.json, tokenizer.json "
-          f"(load with transformers' AutoModelForCausalLM.from_pretrained({str(out)!r}))")
+    done = export(model, tok, meta, out)
+    print(f"wrote {done.hf_class} to {out}: {', '.join(done.files)} "
+          f"(load with transformers' {done.auto_class}.from_pretrained({str(out)!r}) and "
+          f"AutoTokenizer.from_pretrained({str(out)!r}))")
 
 
 if __name__ == "__main__":

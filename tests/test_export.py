@@ -10,12 +10,13 @@ import pytest
 import torch
 from conftest import TINY_LM, run_dirs, run_module, train
 
+from lab.data.classification import encode_sentence
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
 from lab.models.decoding import generate, greedy_translate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.export import export
+from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -61,7 +62,7 @@ def exported(request, tmp_path_factory):
     tok = _tokenizer(kind)
     model = _model(tok.vocab_size, **layout)
     out = tmp_path_factory.mktemp(request.param)
-    assert export(model, tok, {}, out) == cls
+    assert export(model, tok, {}, out).hf_class == cls
     return cls, tok, model, out
 
 
@@ -146,7 +147,7 @@ def translator(request, tmp_path_factory):
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
     out = tmp_path_factory.mktemp(request.param)
-    assert export(model, tok, {}, out) == "MarianMTModel"
+    assert export(model, tok, {}, out).hf_class == "MarianMTModel"
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     assert [hf_tok(p, add_special_tokens=False)["input_ids"] for p in PAIRS] == [tok.encode(p) for p in PAIRS]
     return tok, model, transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
@@ -213,7 +214,7 @@ def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
     else:
         model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, tie_embeddings=kind == "mlm", **common))
         meta, cls = {}, "BertForMaskedLM"
-    assert export(model, wordpiece, meta, tmp_path) == cls
+    assert export(model, wordpiece, meta, tmp_path).hf_class == cls
     auto = transformers.AutoModelForMaskedLM if kind != "classifier" else transformers.AutoModelForSequenceClassification
     hf = auto.from_pretrained(tmp_path).eval()
     ids = _padded(wordpiece, SAMPLES)
@@ -226,7 +227,8 @@ def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
     else:  # padded positions are not compared: lab and BERT both leave them unused
         torch.testing.assert_close(theirs[ids != 0], ours[ids != 0], atol=1e-4, rtol=0)
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
-    assert [hf_tok(t, add_special_tokens=False)["input_ids"] for t in SAMPLES] == [wordpiece.encode(t) for t in SAMPLES]
+    texts = SAMPLES if kind == "classifier" else SAMPLES[:-1]  # the MLM's tokenizer reads "[PAD]" as the token
+    assert [hf_tok(t)["input_ids"] for t in texts] == [encode_sentence(wordpiece, t, 1000) for t in texts]
 
 
 def test_embed_norm_normalises_what_the_first_block_sees():
@@ -250,7 +252,7 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
 @pytest.mark.parametrize("layout, named", [
     ({"positions": "sinusoidal", "norm": "layernorm", "ffn": "gelu"}, "model.positions=learned"),
     ({"positions": "rotary", "norm": "rmsnorm", "ffn": "swiglu", "norm_placement": "post"}, "model.norm_placement=pre"),
-    ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=False"),
+    ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=false"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
 ], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate"])
@@ -265,20 +267,55 @@ def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named
 
 
 def test_cli_exports_a_trained_run_directory(tmp_path):
-    """The real entry point on a trained checkpoint: exit 0, and the export's logits equal the checkpoint's."""
+    """The real entry point on a run directory: its best checkpoint, said in one line; exit 0; the closing line
+    names the Auto class and exactly the files written; the export's logits equal the checkpoint's."""
     runs = tmp_path / "runs"
     train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=4", "test=false"], runs)
     (run,) = run_dirs(runs)
-    ckpt = run / "checkpoints" / "last.ckpt"
     out = tmp_path / "hf"
-    result = run_module("lab.export", [f"ckpt_path={ckpt}", f"out_dir={out}"], tmp_path)
+    result = run_module("lab.export", [f"ckpt_path={run}", f"out_dir={out}"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "wrote GPT2LMHeadModel" in result.stdout
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    assert f"using {best} (the run's best checkpoint)" in result.stderr
+    (line,) = result.stdout.strip().splitlines()
+    files = line.split(": ", 1)[1].split(" (load with")[0].split(", ")
+    assert line.startswith("wrote GPT2LMHeadModel") and "AutoModelForCausalLM.from_pretrained(" in line
+    assert sorted(files) == sorted(p.name for p in out.iterdir())
     from lab.runtime.checkpoints import load_model
 
-    model, tok, _ = load_model(ckpt)
+    model, tok, _ = load_model(best)
     ids = torch.tensor([tok.encode("ROMEO. What say you?")])
     with torch.no_grad():
         torch.testing.assert_close(_hf(out)(ids).logits, model(ids), atol=1e-4, rtol=0)
-    bad = run_module("lab.export", [f"ckpt_path={ckpt}"], tmp_path)
+    bad = run_module("lab.export", [f"ckpt_path={run}"], tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error:")
+
+
+def test_the_closing_class_and_files_follow_the_model(wordpiece, tmp_path):
+    model = MaskedLM(wordpiece.vocab_size, 0, 4, d_model=32, n_layers=1, n_heads=4, **BERT_LAYOUT)
+    done = export(model, wordpiece, {}, tmp_path)
+    assert (done.hf_class, done.auto_class) == ("BertForMaskedLM", "AutoModelForMaskedLM")
+    assert sorted(done.files) == sorted(p.name for p in tmp_path.iterdir())
+    assert "generation_config.json" not in done.files  # an MLM does not generate
+
+
+def test_a_refusal_hint_is_typed_as_a_user_types_it(wordpiece, tmp_path):
+    """A key the run's model config lacks needs Hydra's "+", booleans are YAML's: the hint works pasted as is."""
+    from lab.errors import LabError
+
+    layout = {**BERT_LAYOUT, "embed_norm": False, "norm_placement": "pre"}
+    model = MaskedLM(wordpiece.vocab_size, 0, 4, d_model=32, n_layers=1, n_heads=4, **layout)
+    keys = dict.fromkeys(("d_model", "n_layers", "norm_placement", "positions", "ffn", "norm"))
+    with pytest.raises(LabError) as e:
+        export(model, wordpiece, {"config": {"model": keys}}, tmp_path / "out")
+    assert "needs model.norm_placement=post +model.embed_norm=true." in str(e.value)
+
+
+def test_an_moe_refusal_names_the_mixtral_settings():
+    """A GPT-2-layout MoE (gpt_small_moe) is nearest to Mixtral, not to dropping its experts."""
+    from lab.errors import LabError
+
+    tok = _tokenizer("char")
+    with pytest.raises(LabError, match="nearest: MixtralForCausalLM") as e:
+        export(_model(tok.vocab_size, **GPT2_LAYOUT, moe={"num_experts": 4, "top_k": 2}), tok, {}, None)
+    assert "model.positions=rotary" in str(e.value) and "model.moe.capacity_factor_eval=null" in str(e.value)

@@ -31,7 +31,7 @@ from lab.data.reading import (
 )
 from lab.data.sources import PyPISdist, extract_once
 from lab.data.text import normalize_sentence
-from lab.data.tokenizers import load_or_train, tokenizer_from_json
+from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError, UnsafeFileError
 
 VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
@@ -207,8 +207,11 @@ class LabelledTextCorpus:
 
 
 def tokenizer_from_checkpoint(path: str):
-    """The tokenizer stored in a lab checkpoint: fine-tuning must read text exactly as pretraining did."""
+    """The tokenizer stored in a lab checkpoint (or a Hugging Face model directory's tokenizer.json): fine-tuning
+    must read text exactly as pretraining did."""
     p = Path(path).expanduser()
+    if p.is_dir() and (p / "tokenizer.json").is_file():
+        return tokenizer_from_hf_dir(p)
     if not p.is_file():
         raise DataError(f"data.tokenizer_from={path}: no such checkpoint; give the pretrained run's .ckpt")
     try:

@@ -137,6 +137,24 @@ def tokenizer_from_json(data: str) -> Tok:
     return HFTokenizer(Tokenizer.from_str(d["backend"]), d["kind"], d["special_tokens"])
 
 
+def tokenizer_from_hf_dir(path: Path) -> Tok:
+    """A Hugging Face model directory's tokenizer.json as lab's tokenizer (lab.runtime.hf imports it with the
+    model): the `tokenizers` object itself (lab adds no specials to a text's ids: the file's post-processor is
+    not used), or, for a word-level vocabulary of single characters (lab's own character export), lab's
+    character tokenizer."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    backend = Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
+    d = json.loads(backend.to_str())
+    specials = [t["content"] for t in sorted(d["added_tokens"], key=lambda t: t["id"]) if t["special"]]
+    kind = d["model"]["type"]
+    if kind == "WordLevel":
+        itos = [s for s, _ in sorted(d["model"]["vocab"].items(), key=lambda kv: kv[1])]
+        if itos[: len(specials)] == specials and all(len(c) == 1 for c in itos[len(specials) :]):
+            return CharTokenizer(itos[len(specials) :], specials)
+    return HFTokenizer(backend, {"BPE": "bpe", "WordPiece": "wordpiece"}.get(kind, kind.lower()), specials)
+
+
 def load_or_train(path: Path, kind: str, texts: Iterator[str] | Iterable[str], special_tokens: list[str], vocab_size: int) -> Tok:
     """Cached by path; the caller keys the path by corpus fingerprint and tokenizer settings."""
     if path.exists():

@@ -10,10 +10,12 @@ from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, ini
 class GPT(nn.Module):
     """Token + position embedding -> causal transformer stack -> linear head over the vocabulary."""
 
-    def __init__(self, vocab_size: int, **arch):
+    def __init__(self, vocab_size: int, init_from: str | None = None, **arch):
+        """init_from: a Hugging Face model directory whose weights the task loads before training (stored here
+        so the run's config records where the weights came from)."""
         super().__init__()
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
-        self.vocab_size = vocab_size
+        self.vocab_size, self.init_from = vocab_size, init_from
         self.embed = Embeddings(vocab_size, cfg)
         self.decoder = TransformerStack(cfg, causal=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)

@@ -15,11 +15,14 @@ class EncoderDecoder(nn.Module):
     loss ignores pad positions.
     share_embeddings: one token embedding for both languages (a joint vocabulary); with tie_embeddings it
     is also the output projection (Press & Wolf 2017; "Attention Is All You Need" 3.4 shares all three).
+    init_from: a Hugging Face model directory (MarianMTModel) whose weights the task loads before training.
     """
 
-    def __init__(self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, share_embeddings: bool = True, **arch):
+    def __init__(self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, share_embeddings: bool = True,
+                 init_from: str | None = None, **arch):
         super().__init__()
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
+        self.init_from = init_from
         self.vocab_size, self.pad_id, self.bos_id, self.eos_id = vocab_size, pad_id, bos_id, eos_id
         self.src_embed = Embeddings(vocab_size, cfg)
         self.tgt_embed = Embeddings(vocab_size, cfg)

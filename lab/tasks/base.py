@@ -3,16 +3,70 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
 
+from lab.nn import ConfigError
 from lab.nn.parallel import fully_shard_blocks
 from lab.nn.params import count_parameters
 
 log = logging.getLogger("lab")
+
+
+@dataclass
+class Finetune:
+    """task.finetune: what a run that starts from pretrained weights (model.init_from) trains."""
+
+    freeze_embeddings: bool = False
+    """Token and position embeddings keep their values (a tied output layer is the same tensor: it keeps them too)."""
+    freeze_blocks: int = 0
+    """The first N blocks of every stack (encoder and decoder alike) keep their values."""
+    head_lr: float | None = None
+    """Learning rate of the head: every parameter outside the embeddings and the blocks (a classifier's pooler and
+    classifier, an untied output layer). None: the optimizer's lr. Schedules scale it as they scale the lr."""
+
+    @classmethod
+    def from_config(cls, values) -> Finetune:
+        """task.finetune's values, each checked: one ConfigError naming the key and what it must be."""
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"task.finetune has no {', '.join(unknown)}; its keys: {', '.join(cls.__dataclass_fields__)}")
+        f = cls(**values)
+        if not isinstance(f.freeze_embeddings, bool):
+            raise ConfigError(f"task.finetune.freeze_embeddings={f.freeze_embeddings} must be true or false")
+        if isinstance(f.freeze_blocks, bool) or not isinstance(f.freeze_blocks, int) or f.freeze_blocks < 0:
+            raise ConfigError(f"task.finetune.freeze_blocks={f.freeze_blocks} must be an integer >= 0")
+        if f.head_lr is not None and (isinstance(f.head_lr, bool) or not isinstance(f.head_lr, int | float) or f.head_lr <= 0):
+            raise ConfigError(f"task.finetune.head_lr={f.head_lr} must be a number > 0, or null for the optimizer's lr")
+        return f
+
+    def apply(self, model: nn.Module) -> set[int]:
+        """Freeze what is asked, said in one line; -> ids of the head's parameters."""
+        from lab.nn import Embeddings, TransformerStack  # noqa: PLC0415
+
+        body, frozen = set(), []
+        for m in model.modules():
+            if isinstance(m, Embeddings):
+                body |= {id(p) for p in m.parameters()}
+                frozen += list(m.parameters()) if self.freeze_embeddings else []
+            elif isinstance(m, TransformerStack):
+                body |= {id(p) for p in m.parameters()}
+                if self.freeze_blocks > len(m.layers):
+                    raise ConfigError(f"task.finetune.freeze_blocks={self.freeze_blocks} but a stack has "
+                                      f"{len(m.layers)} blocks; give at most {len(m.layers)}")
+                frozen += [p for block in m.layers[: self.freeze_blocks] for p in block.parameters()]
+        for p in frozen:
+            p.requires_grad_(False)
+        if frozen:
+            log.info("finetune: %d of %d parameter tensors frozen (embeddings: %s, first %d block(s) of each stack)",
+                     len({id(p) for p in frozen}), len(list(model.parameters())),
+                     "yes" if self.freeze_embeddings else "no", self.freeze_blocks)
+        return {id(p) for p in model.parameters() if id(p) not in body}
 
 
 class Task(L.LightningModule):
@@ -22,12 +76,16 @@ class Task(L.LightningModule):
     with >= 2 dims get weight decay, biases/norm gains/1-D params (and params marked `no_weight_decay`,
     e.g. MoE experts' stacked biases) do not.
     scheduler: partial schedule called with the optimizer, stepped every optimizer step.
+    finetune: frozen embeddings / blocks and the head's learning rate (Finetune's fields).
     """
 
-    def __init__(self, model: nn.Module, optimizer: Callable, scheduler: Callable | None = None):
+    def __init__(self, model: nn.Module, optimizer: Callable, scheduler: Callable | None = None,
+                 finetune: dict | None = None):
         super().__init__()
         self.model = model
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.finetune = Finetune.from_config(finetune)
+        self.head_ids = self.finetune.apply(model)
         self.lab_metadata: dict[str, Any] = {}  # resolved config + tokenizer, set by the entry point
 
     def configure_optimizers(self):
@@ -37,11 +95,25 @@ class Task(L.LightningModule):
             {"params": [p for p, d in zip(params, decay) if d]},
             {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0},
         ]
+        if self.finetune.head_lr is not None:  # the head's parameters in groups of their own, at head_lr
+            head = lambda g: [p for p in g["params"] if id(p) in self.head_ids]  # noqa: E731
+            groups = [{**g, "params": [p for p in g["params"] if id(p) not in self.head_ids]} for g in groups] + \
+                     [{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]
+            groups = [g for g in groups if g["params"]]
         optimizer = self.optimizer_factory(groups)
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def setup(self, stage: str) -> None:
+        """model.init_from=<Hugging Face model directory>: its weights go into the model when training starts
+        (not when resuming, and never at inference: the trained weights are in this task's own checkpoints)."""
+        path = getattr(self.model, "init_from", None)
+        if stage == "fit" and path and not self.trainer.ckpt_path:
+            from lab.runtime.hf.importing import init_from  # noqa: PLC0415
+
+            init_from(self.model, str(path), self.lab_metadata)
 
     def configure_model(self) -> None:
         """Under lab.runtime.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the

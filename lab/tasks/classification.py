@@ -8,6 +8,7 @@ from torchmetrics import Accuracy, ConfusionMatrix, F1Score, MeanMetric, MetricC
 
 from lab.errors import LabError
 from lab.runtime.checkpoints import read_checkpoint
+from lab.runtime.hf.importing import is_hf_dir
 from lab.tasks.base import Task
 
 IGNORE = -100  # token labels of padding / unlabelled positions
@@ -19,11 +20,12 @@ class ClassificationTask(Task):
     table of misclassified examples (W&B + run log).
 
     A model with `init_from` set gets that checkpoint's encoder weights when training starts (not when
-    resuming, and never at inference: the trained weights are in this task's own checkpoints)."""
+    resuming, and never at inference: the trained weights are in this task's own checkpoints): a lab MLM
+    checkpoint's here, a Hugging Face BERT directory's in Task.setup."""
 
     def __init__(self, model: nn.Module, optimizer, scheduler=None, label_smoothing: float = 0.0,
-                 class_weights: list[float] | None = None, num_examples: int = 8):
-        super().__init__(model, optimizer, scheduler)
+                 class_weights: list[float] | None = None, num_examples: int = 8, finetune: dict | None = None):
+        super().__init__(model, optimizer, scheduler, finetune)
         num_labels = model.classifier.out_features
         self.label_smoothing, self.num_examples = label_smoothing, num_examples
         if class_weights is not None and len(class_weights) != num_labels:
@@ -44,6 +46,8 @@ class ClassificationTask(Task):
 
     def setup(self, stage: str) -> None:
         path = getattr(self.model, "init_from", None)
+        if is_hf_dir(str(path or "")):  # a Hugging Face BERT: Task.setup
+            return super().setup(stage)
         if stage == "fit" and path and not self.trainer.ckpt_path:
             state = read_checkpoint(path)["state_dict"]
             self.model.load_encoder({k.removeprefix("model."): v for k, v in state.items()}, source=path)

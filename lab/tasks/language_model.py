@@ -15,9 +15,9 @@ class LanguageModelTask(Task):
     """Cross-entropy on next tokens. Validation reports loss (nats/token), perplexity and bits per byte:
     loss * tokens_per_byte / ln 2, comparable across tokenizers because it is per byte of raw text."""
 
-    def __init__(self, model, optimizer, scheduler=None, samples: dict | None = None):
+    def __init__(self, model, optimizer, scheduler=None, samples: dict | None = None, finetune: dict | None = None):
         """samples: {prompts, max_new_tokens, temperature, top_k, top_p}, generated after every validation."""
-        super().__init__(model, optimizer, scheduler)
+        super().__init__(model, optimizer, scheduler, finetune)
         self.samples = dict(samples or {})
         self.val_loss = MeanMetric()
 

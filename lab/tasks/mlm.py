@@ -14,8 +14,8 @@ class MLMTask(Task):
     """Cross-entropy on the chosen (masked) positions only; masked-token accuracy. The batch comes masked
     from the data's collator: (inputs [B, T], targets [B, T] with IGNORE where nothing is predicted)."""
 
-    def __init__(self, model, optimizer, scheduler=None):
-        super().__init__(model, optimizer, scheduler)
+    def __init__(self, model, optimizer, scheduler=None, finetune: dict | None = None):
+        super().__init__(model, optimizer, scheduler, finetune)
         self.eval_loss, self.eval_acc = MeanMetric(), MeanMetric()
 
     def _step(self, batch) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -45,8 +45,8 @@ class TranslationTask(Task):
 
     def __init__(self, model, optimizer, scheduler=None, label_smoothing: float = 0.1, val_decoding: dict | None = None,
                  test_decoding: dict | None = None, val_bleu_sentences: int | None = 200, num_examples: int = 5,
-                 val_bleu_batches: int | None = None):
-        super().__init__(model, optimizer, scheduler)
+                 val_bleu_batches: int | None = None, finetune: dict | None = None):
+        super().__init__(model, optimizer, scheduler, finetune)
         if val_bleu_batches is not None:  # the setting of older lab versions, still in their checkpoints' configs
             log.warning("task.val_bleu_batches=%s is no longer used: task.val_bleu_sentences=%s validation sentences are "
                         "decoded (the same ones at every validation)", val_bleu_batches, val_bleu_sentences)

@@ -2,7 +2,11 @@
 transformers' BertForMaskedLM (the MLM) and BertForSequenceClassification (the classifier, BERT pooler)."""
 from __future__ import annotations
 
+import logging
+
 import torch
+
+log = logging.getLogger("lab")
 
 LAYOUT = ("post-norm layernorm, learned positions, gelu FFN, embed_norm=true, unscaled embeddings, no MoE; "
           "classifiers: pooling=bert, head=sequence")
@@ -75,3 +79,41 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
                "label2id": {label: i for i, label in enumerate(labels)}, "classifier_dropout": None,
                "problem_type": "single_label_classification"}
     return config, s
+
+
+def fold(state: dict, config: dict) -> dict:
+    """lab has no segment embeddings: BERT adds token type 0's row to every token, as a position's row is
+    added, so that row goes into the position table (one float addition per element) and the token-type table
+    becomes the one row of zeros lab's export writes; rows for type ids > 0 (sentence pairs) are dropped, said
+    in one line."""
+    state = dict(state)
+    types = next((k for k in state if k.endswith("embeddings.token_type_embeddings.weight")), None)
+    if types is not None:
+        positions = types.replace("token_type_embeddings", "position_embeddings")
+        state[positions] = state[positions] + state[types][0]
+        if len(state[types]) > 1:
+            log.info("token type embeddings: type 0 folded into the positions; %d row(s) for other types dropped "
+                     "(lab's encoders read one segment)", len(state[types]) - 1)
+        state[types] = torch.zeros_like(state[types][:1])
+    return state
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """BertForMaskedLM / BertForSequenceClassification's config.json -> lab.models.encoder's arguments."""
+    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+
+    setting(config, "hidden_act", ("gelu_new", "gelu_pytorch_tanh"), "gelu")  # lab's tanh GELU
+    setting(config, "layer_norm_eps", (LN_EPS,), 1e-12)
+    setting(config, "position_embedding_type", ("absolute",), "absolute")
+    kw = {"vocab_size": config["vocab_size"], "pad_id": config.get("pad_token_id", 0), "d_model": config["hidden_size"],
+          "n_layers": config["num_hidden_layers"], "n_heads": config["num_attention_heads"],
+          "d_ff": config["intermediate_size"], "max_seq_len": config["max_position_embeddings"],
+          "dropout": float(config.get("hidden_dropout_prob", 0.1)), "positions": "learned", "norm": "layernorm",
+          "norm_placement": "post", "ffn": "gelu", "embed_norm": True, "scale_embeddings": False,
+          "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+          "bias": has_bias(state, lambda k: k.startswith("bert.") and k.endswith(".bias") and ".pooler." not in k)}
+    if name == "BertForMaskedLM":
+        return {**kw, "mask_id": tok.token_id("[MASK]")}
+    dropout = config.get("classifier_dropout")
+    return {**kw, "num_labels": len(config.get("id2label") or {}) or config.get("num_labels", 2), "pooling": "bert",
+            "head": "sequence", "classifier_dropout": float(kw["dropout"] if dropout is None else dropout)}

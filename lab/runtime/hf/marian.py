@@ -12,7 +12,7 @@ def check(model) -> list[str]:
     wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None}
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ("relu", "gelu"):
-        missing.append("model.ffn=relu or gelu")
+        missing.append("model.ffn=relu")  # or gelu
     if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
         missing.append("model.share_embeddings=true")
     return missing
@@ -85,3 +85,25 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
         "use_cache": True,
     }
     return config, s
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """MarianMTModel's config.json -> lab.models.seq2seq.EncoderDecoder's arguments."""
+    from lab.errors import LabError  # noqa: PLC0415
+    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+
+    act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh"), "gelu")
+    setting(config, "share_encoder_decoder_embeddings", (True,), True)
+    sides = {k: (config[f"encoder_{k}"], config[f"decoder_{k}"]) for k in ("layers", "attention_heads", "ffn_dim")}
+    if any(a != b for a, b in sides.values()):
+        raise LabError(f"config.json's encoder and decoder differ ({sides}); lab's translator has one setting for "
+                       "both sides")
+    return {"vocab_size": config["vocab_size"], "pad_id": config["pad_token_id"], "eos_id": config["eos_token_id"],
+            "bos_id": config.get("decoder_start_token_id", config["pad_token_id"]), "share_embeddings": True,
+            "d_model": config["d_model"], "n_layers": sides["layers"][0], "n_heads": sides["attention_heads"][0],
+            "d_ff": sides["ffn_dim"][0], "max_seq_len": config["max_position_embeddings"],
+            "dropout": float(config.get("dropout", 0.1)), "positions": "sinusoidal", "norm": "layernorm",
+            "norm_placement": "post", "ffn": "relu" if act == "relu" else "gelu",
+            "scale_embeddings": bool(config.get("scale_embedding", False)),
+            "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+            "bias": has_bias(state, lambda k: k.startswith("model.") and k.endswith(".bias"))}

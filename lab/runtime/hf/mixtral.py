@@ -1,7 +1,7 @@
 """lab GPT in the Llama layout with a mixture of experts in every layer -> transformers' MixtralForCausalLM."""
 from __future__ import annotations
 
-from lab.runtime.export import llama
+from lab.runtime.hf import llama
 
 LAYOUT = ("the Llama layout + model.moe in every layer (softmax token-choice top-k, renormalised gates, dropless "
           "at inference, no shared experts, no selection bias), no biases")
@@ -29,11 +29,14 @@ def check(model) -> list[str]:
 def convert(model, meta: dict) -> tuple[dict, dict]:
     s = llama.backbone(model)
     for i, block in enumerate(model.decoder.layers):
-        p, moe = f"model.layers.{i}.mlp.", block.ffn
+        p, moe = f"model.layers.{i}.block_sparse_moe.", block.ffn
         s[p + "gate.weight"] = moe.router.weight  # [E, D]
-        # lab's experts are stacked nn.Linear weights [E, out, in], gate and up fused in that order: Mixtral's
-        # gate_up_proj [E, 2I, D] and down_proj [E, D, I] exactly
-        s[p + "experts.gate_up_proj"], s[p + "experts.down_proj"] = moe.experts.w_in, moe.experts.w_out
+        # the layout Mixtral's checkpoints have on disk (transformers fuses it when loading, and writes it back
+        # when saving; vLLM and llama.cpp read it): per expert w1 (gate) and w3 (up) [I, D], w2 (down) [D, I].
+        # lab's stacked experts are nn.Linear-shaped, gate and up fused in that order: [E, 2I, D] and [E, D, I]
+        for e, (w_in, w_out) in enumerate(zip(moe.experts.w_in, moe.experts.w_out)):
+            gate, up = w_in.split(w_in.shape[0] // 2)
+            s[f"{p}experts.{e}.w1.weight"], s[f"{p}experts.{e}.w3.weight"], s[f"{p}experts.{e}.w2.weight"] = gate, up, w_out
     moe = model.decoder.layers[0].ffn
     config = {**llama.backbone_config(model), "model_type": "mixtral",
               "num_local_experts": moe.experts.num_experts, "num_experts_per_tok": moe.moe.top_k,
@@ -41,3 +44,16 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
               "router_aux_loss_coef": moe.moe.load_balance_weight, "router_jitter_noise": 0.0, "sliding_window": None}
     del config["attention_bias"]
     return config, s
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """MixtralForCausalLM's config.json -> lab.models.gpt.GPT's arguments: the Llama backbone, a dropless
+    softmax top-k mixture of experts with renormalised gates in every layer."""
+    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+
+    setting(config, "router_jitter_noise", (0.0, 0), 0.0)
+    moe = {"num_experts": config["num_local_experts"], "top_k": config["num_experts_per_tok"],
+           "expert_hidden": config["intermediate_size"], "renormalize": True, "capacity_factor": None,
+           "capacity_factor_eval": None, "load_balance_weight": float(config.get("router_aux_loss_coef", 0.01)),
+           "gate": "softmax", "router": "token_choice", "num_shared": 0, "bias_update_rate": 0.0, "every_n": 1}
+    return {**llama.backbone_arch(config), "bias": False, "moe": moe}

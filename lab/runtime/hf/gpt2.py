@@ -46,3 +46,22 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
         "scale_attn_weights": True, "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
     return config, s
+
+
+BIASES = ("ln_1", "ln_2", "c_attn", "c_proj", "c_fc", "ln_f")  # the layers lab's model.bias switches
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """GPT2LMHeadModel's config.json -> lab.models.gpt.GPT's arguments (the inverse of convert's config)."""
+    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+
+    setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh"), "gelu_new")  # lab's tanh GELU
+    setting(config, "layer_norm_epsilon", (1e-5,), 1e-5)
+    setting(config, "scale_attn_by_inverse_layer_idx", (False,), False)
+    D = config["n_embd"]
+    return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["n_layer"], "n_heads": config["n_head"],
+            "d_ff": config.get("n_inner") or 4 * D, "max_seq_len": config["n_positions"],
+            "dropout": float(config.get("resid_pdrop", 0.0)), "positions": "learned", "norm": "layernorm",
+            "norm_placement": "pre", "ffn": "gelu", "scale_embeddings": False,
+            "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+            "bias": has_bias(state, lambda k: k.endswith(".bias") and k.split(".")[-2] in BIASES)}

@@ -68,3 +68,34 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
             s[p + "gate_proj.bias"], s[p + "up_proj.bias"], s[p + "down_proj.bias"] = gb, ub, ffn.down.bias
     config = {"model_type": "llama", "intermediate_size": cfg.d_ff, "mlp_bias": bool(cfg.bias), **backbone_config(model)}
     return config, s
+
+
+def backbone_arch(config: dict) -> dict:
+    """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ."""
+    from lab.errors import LabError  # noqa: PLC0415
+    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+
+    D, H = config["hidden_size"], config["num_attention_heads"]
+    setting(config, "hidden_act", ("silu",), "silu")
+    setting(config, "rms_norm_eps", (RMS_EPS,), 1e-6)
+    setting(config, "num_key_value_heads", (H, None), H)  # lab has no grouped-query attention
+    setting(config, "head_dim", (D // H, None), D // H)
+    rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)}
+    if rope.get("rope_type", "default") != "default" or float(rope.get("rope_theta", 10000.0)) != 10000.0 \
+            or config.get("rope_scaling"):
+        raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions are rope_theta=10000 without "
+                       "scaling")
+    setting(config, "sliding_window", (None,), None)
+    return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
+            "max_seq_len": config["max_position_embeddings"], "dropout": float(config.get("attention_dropout", 0.0)),
+            "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
+            "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """LlamaForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
+    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+
+    bias = bool(config.get("attention_bias", False))
+    setting(config, "mlp_bias", (bias,), False)  # lab's model.bias is both or neither
+    return {**backbone_arch(config), "d_ff": config["intermediate_size"], "bias": bias}

@@ -1,0 +1,235 @@
+"""Hugging Face model directories into lab: config.json -> lab's model settings (each family's `arch`), and the
+weights through the very mapping that exports them (each family's `convert`), run backwards.
+
+The export mappings are pure rearrangements (split, transpose, reorder, stack; constant zeros where lab has no
+parameter). Running `convert` on a copy of the lab model whose every parameter element holds its own number
+(1, 2, 3, ...) gives, for each Hugging Face tensor element, the lab element it comes from (0: a constant zero).
+Importing gathers each lab element from where its number landed, so import and export are one mapping and a
+round trip lab -> HF -> lab is bit-exact by construction. Two checks keep an import from being silently wrong:
+where lab writes a constant zero the file must hold zeros, and where lab writes one parameter under two names
+(tied embeddings) the file's two copies must be equal. Only safetensors and JSON are read: nothing in the
+directory runs code."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lab.data.tokenizers import tokenizer_from_hf_dir
+from lab.errors import LabError
+
+log = logging.getLogger("lab")
+
+FILES = "config.json, model.safetensors and tokenizer.json"
+SHARDS = "model.safetensors.index.json"  # a large model's weights in several safetensors files
+
+
+@dataclass
+class Imported:
+    model: torch.nn.Module
+    tokenizer: object
+    hf_class: str
+    config: dict  # the directory's config.json
+
+
+def read_dir(path: str | Path) -> tuple[Path, dict]:
+    """-> (directory, config.json); one LabError naming what is missing."""
+    p = Path(str(path)).expanduser()
+    if not p.is_dir():
+        raise LabError(f"{p} is not a directory; give a Hugging Face model directory with {FILES}")
+    weights = "model.safetensors" if not (p / SHARDS).is_file() else SHARDS
+    missing = [f for f in ("config.json", weights, "tokenizer.json") if not (p / f).is_file()]
+    if missing:
+        hint = " (or model.safetensors.index.json and its shards; lab reads no pickled pytorch_model.bin: save the " \
+               "model with save_pretrained(dir, safe_serialization=True))" if weights in missing else ""
+        raise LabError(f"{p} lacks {', '.join(missing)}; lab reads a Hugging Face directory with {FILES}{hint}")
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except ValueError as e:
+        raise LabError(f"{p / 'config.json'} is not JSON ({e})") from e
+    return p, config
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, or the shards model.safetensors.index.json names, as float32 tensors."""
+    from safetensors.torch import load_file  # noqa: PLC0415 - the export extra
+
+    files = ["model.safetensors"]
+    if (path / SHARDS).is_file():
+        try:
+            files = sorted(set(json.loads((path / SHARDS).read_text())["weight_map"].values()))
+        except (ValueError, KeyError) as e:
+            raise LabError(f"{path / SHARDS} is not a shard index ({e})") from e
+        absent = [f for f in files if not (path / Path(f).name).is_file()]
+        if absent:
+            raise LabError(f"{path} lacks the shard(s) {', '.join(absent[:3])} its {SHARDS} names")
+    return {k: v.float() for f in files for k, v in load_file(str(path / Path(f).name)).items()}
+
+
+def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int, int]]]:
+    """A float64 copy of model whose parameters hold 1, 2, 3, ... (element numbers, exact up to 2^53), and
+    {parameter name: (first number, count)}. Tied parameters are one parameter: one range."""
+    copy_ = copy.deepcopy(model).to(torch.float64)
+    ranges, start = {}, 1
+    with torch.no_grad():
+        for name, p in copy_.named_parameters():
+            p.copy_(torch.arange(start, start + p.numel(), dtype=torch.float64).view_as(p))
+            ranges[name], start = (start, p.numel()), start + p.numel()
+    return copy_, ranges
+
+
+def load_state(model: torch.nn.Module, convert, state: dict[str, torch.Tensor], source: str,
+               only: str | None = None) -> list[str]:
+    """Copy a Hugging Face state dict into model through convert (model -> (config, HF state)) run backwards.
+    only: a parameter-name prefix (a classifier takes "encoder." and keeps its new head). -> the names loaded.
+    Refuses in one line, before changing anything, when a tensor is missing or has another shape, when the file
+    holds non-zero values where lab's layout has none, or two different copies of one lab parameter."""
+    copy_, ranges = traced(model)
+    with torch.no_grad():
+        _, ids = convert(copy_, {})
+    wanted = {n: r for n, r in ranges.items() if only is None or n.startswith(only)}
+    shapes = [f"{k}: file {tuple(state[k].shape)} vs lab {tuple(v.shape)}" for k, v in ids.items()
+              if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    if shapes:
+        raise LabError(f"{source}: tensors of other shapes than its config.json says: {'; '.join(shapes[:3])}")
+    present = [k for k in ids if k in state]
+    src_ids = torch.cat([ids[k].reshape(-1) for k in present]).long()
+    src = torch.cat([state[k].reshape(-1) for k in present])
+    owner = torch.repeat_interleave(torch.arange(len(present)), torch.tensor([ids[k].numel() for k in present]))
+    where = torch.full((max(s + n for s, n in ranges.values()),), -1, dtype=torch.long)
+    where[src_ids] = torch.arange(len(src_ids))  # an element's position in src (the last copy of a tied one)
+    zeros = (src_ids == 0) & (src != 0)
+    if zeros.any():
+        names = sorted({present[i] for i in owner[zeros].tolist()})
+        raise LabError(f"{source}: {', '.join(names[:4])} hold non-zero values where lab's model has no parameter "
+                       "(e.g. a bias lab's layout lacks); lab cannot reproduce this model exactly")
+    real = src_ids > 0
+    copies = real & (src != src[where[src_ids].clamp(min=0)])
+    if copies.any():
+        names = sorted({present[i] for i in owner[copies].tolist()})
+        raise LabError(f"{source}: {', '.join(names[:4])} differ from another tensor lab keeps as one parameter "
+                       "(tied embeddings); set tie_word_embeddings=false in its config.json if they are separate")
+    missing = sorted({n for n, (s, c) in wanted.items() if (where[s : s + c] < 0).any()})
+    if missing:
+        absent = sorted(k for k in ids if k not in state)
+        raise LabError(f"{source}: model.safetensors lacks {', '.join(absent[:4]) or 'tensors'} for lab's "
+                       f"{', '.join(missing[:4])}")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, (s, c) in wanted.items():
+            params[n].copy_(src[where[s : s + c]].view_as(params[n]))
+    unused = sorted(set(state) - set(ids))
+    if unused:
+        log.info("%s: %d tensor(s) lab's model has no place for, not loaded: %s", source, len(unused),
+                 ", ".join(unused[:6]) + (", ..." if len(unused) > 6 else ""))
+    return list(wanted)
+
+
+def load(path: str | Path) -> Imported:
+    """A Hugging Face model directory -> lab's model (eval mode, float32) and tokenizer."""
+    from lab.runtime.hf import IMPORTS, _builders  # noqa: PLC0415
+
+    p, config = read_dir(path)
+    name = (config.get("architectures") or ["?"])[0]
+    if name not in IMPORTS:
+        raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(IMPORTS)}")
+    family, kind = IMPORTS[name]
+    state, tok = read_weights(p), tokenizer_from_hf_dir(p)
+    if hasattr(family, "fold"):
+        state = family.fold(state, config)
+    model = _builders()[kind](family.arch(config, state, name, tok))
+    load_state(model, family.convert, state, str(p))
+    log.info("imported %s from %s: %d parameters", name, p, sum(t.numel() for t in model.parameters()))
+    return Imported(model.eval(), tok, name, config)
+
+
+def setting(config: dict, key: str, allowed: tuple, default=None):
+    """config.json's value of key, refused in one line unless lab reproduces it (allowed)."""
+    value = config.get(key, default)
+    if value not in allowed:
+        raise LabError(f"config.json has {key}={value!r}; lab reproduces {' or '.join(map(repr, allowed))} only "
+                       "(its layers have no other setting for it)")
+    return value
+
+
+def has_bias(state: dict[str, torch.Tensor], is_bias) -> bool:
+    """Whether any of the layout's bias tensors (is_bias(name)) is non-zero: all zero is lab's model.bias=false,
+    said in one line (the same function, fewer parameters)."""
+    names = [k for k in state if is_bias(k)]
+    if names and not any(state[k].any() for k in names):
+        log.info("all %d bias tensors are zero: imported with model.bias=false (the same function)", len(names))
+        return False
+    return bool(names)
+
+
+def is_hf_dir(path: str) -> bool:
+    p = Path(str(path)).expanduser()
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+TRAINING_ONLY = ("dropout", "init_std", "moe")  # settings that leave the function (and the weights) as they are
+MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
+
+
+def differences(model, other) -> list[str]:
+    """The model.* settings (as "model.k=v") that make model compute another function than other."""
+    diffs = [f"model.{k}={v}" for k, v in vars(other.cfg).items()
+             if k not in TRAINING_ONLY and getattr(model.cfg, k) != v]
+    mine, theirs = model.cfg.moe, other.cfg.moe
+    if (mine is None) != (theirs is None):
+        diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {theirs[k]}' for k in MOE_FUNCTION)}}}")
+    elif theirs is not None:
+        def value(layer, k: str):  # expert_hidden=None means d_ff: compare the width the experts have
+            return layer.experts.w_out.shape[-1] if k == "expert_hidden" else getattr(layer.moe, k)
+
+        mine, theirs = model.decoder.layers[0].ffn, other.decoder.layers[0].ffn
+        diffs += [f"model.moe.{k}={value(theirs, k)}" for k in MOE_FUNCTION if value(mine, k) != value(theirs, k)]
+    return diffs
+
+
+def vocabulary(tok) -> dict[str, int]:
+    return tok.backend.get_vocab(with_added_tokens=True) if hasattr(tok, "backend") else {s: i for i, s in enumerate(tok.itos)}
+
+
+def init_from(model, path: str, meta: dict) -> None:
+    """model.init_from=<Hugging Face directory>: its weights into the task's model before training. The model's
+    settings must be the directory's (else one error with the overrides to type) and so must the data's tokenizer;
+    a classifier takes the encoder (and BERT's pooler when pooling=bert) and keeps its new head for the data's
+    labels. Said in one line: what was loaded, what starts from init."""
+    from lab.runtime.hf import as_typed  # noqa: PLC0415
+
+    imported = load(path)
+    wanted = {"GPT": ("GPT",), "EncoderDecoder": ("EncoderDecoder",), "EncoderClassifier": ("MaskedLM", "EncoderClassifier")}
+    kind = type(model).__name__
+    if type(imported.model).__name__ not in wanted.get(kind, ()):
+        raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
+                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM -> the LM; BertForMaskedLM, "
+                       "BertForSequenceClassification -> the classifier; MarianMTModel -> the translator")
+    keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
+    hints = [as_typed(h, keys) for h in differences(model, imported.model)]
+    if hints:
+        raise LabError(f"model.init_from={path} is a {imported.hf_class} with other settings than this model's; "
+                       f"add {' '.join(hints)}")
+    if (meta or {}).get("tokenizer"):
+        from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
+
+        if vocabulary(tokenizer_from_json(meta["tokenizer"])) != vocabulary(imported.tokenizer):
+            fix = (f"read the data with it: data.tokenizer_from={path}" if kind == "EncoderClassifier" else
+                   "lab's LM and translation data train their own tokenizer (no data.tokenizer_from yet), so only a "
+                   "model exported from a run on this data and tokenizer can continue here")
+            raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); {fix}")
+    own, src = model.state_dict(), imported.model.state_dict()
+    head = ("classifier.",) if kind == "EncoderClassifier" else ()
+    loaded = [k for k in own if k in src and not k.startswith(head) and own[k].shape == src[k].shape]
+    new = [k for k in own if k not in loaded]
+    if not head and new:  # an LM or translator takes every tensor
+        raise LabError(f"model.init_from={path} lacks {', '.join(new[:4])} for this model")
+    with torch.no_grad():
+        for k in loaded:
+            own[k].copy_(src[k])
+    log.info("init_from %s (%s): loaded %d tensors; new (trained from init): %s", path, imported.hf_class,
+             len(loaded), ", ".join(new) or "-")

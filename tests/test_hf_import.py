@@ -1,0 +1,278 @@
+"""Hugging Face directories into lab: models made here from transformers' config classes with random weights (no
+hub) import with logits equal to transformers' (1e-4, fp32); lab -> HF -> lab is bit-exact for every family; a
+directory lab cannot reproduce is one error naming what is supported."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_export import CASES, MARIAN_LAYOUT, PAIRS, SPECIALS, TEXT, _model, _perturbed, _tokenizer
+
+from lab.data.tokenizers import HFTokenizer
+from lab.errors import LabError
+from lab.models.encoder import EncoderClassifier, MaskedLM
+from lab.models.seq2seq import EncoderDecoder
+from lab.runtime.hf import export
+from lab.runtime.hf.importing import load
+
+transformers = pytest.importorskip("transformers")
+
+BERT_LAYOUT = dict(positions="learned", norm="layernorm", norm_placement="post", ffn="gelu", embed_norm=True)
+
+
+def _same_model(a, b):
+    """Every tensor bit-for-bit, and the settings (init_std is not part of a saved model)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert [k for k in sa if not torch.equal(sa[k], sb[k])] == []
+    ca, cb = vars(a.cfg).copy(), vars(b.cfg).copy()
+    ca.pop("init_std"), cb.pop("init_std")
+    moe_a, _ = ca.pop("moe"), cb.pop("moe")
+    assert ca == cb
+    if moe_a is not None:  # the settings that change the function (the rest are training settings)
+        for layer_a, layer_b in zip(a.decoder.layers, b.decoder.layers):
+            assert layer_a.ffn.renormalize == layer_b.ffn.renormalize
+            for k in ("num_experts", "top_k", "capacity_factor_eval", "gate", "router", "num_shared"):
+                assert getattr(layer_a.ffn.moe, k) == getattr(layer_b.ffn.moe, k), k
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lm_round_trip_is_bit_exact(case, tmp_path):
+    _, kind, layout = CASES[case]
+    tok = _tokenizer(kind)
+    model = _model(tok.vocab_size, **layout)
+    export(model, tok, {}, tmp_path)
+    back = load(tmp_path)
+    _same_model(model, back.model)
+    ids = torch.randint(0, tok.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(back.model(ids), model(ids))
+    assert back.tokenizer.encode(TEXT) == tok.encode(TEXT)
+
+
+@pytest.mark.parametrize("ffn", ["relu", "gelu"])
+def test_translator_round_trip_is_bit_exact(ffn, tmp_path):
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    torch.manual_seed(0)
+    model = _perturbed(EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
+                                      init_std=0.1, ffn=ffn, bias=ffn == "relu", tie_embeddings=ffn == "relu",
+                                      **MARIAN_LAYOUT))
+    export(model, tok, {}, tmp_path)
+    back = load(tmp_path).model
+    _same_model(model, back)
+    assert (back.pad_id, back.bos_id, back.eos_id) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("kind", ["mlm", "classifier"])
+def test_encoder_round_trip_is_bit_exact(kind, tmp_path):
+    tok = HFTokenizer.train([TEXT] * 20, SPECIALS, vocab_size=200, kind="wordpiece")
+    torch.manual_seed(0)
+    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, dropout=0.1, **BERT_LAYOUT)
+    model = _perturbed(EncoderClassifier(tok.vocab_size, 0, 3, pooling="bert", classifier_dropout=0.1, **common)
+                       if kind == "classifier" else MaskedLM(tok.vocab_size, 0, 4, tie_embeddings=False, **common))
+    export(model, tok, {}, tmp_path)
+    back = load(tmp_path).model
+    _same_model(model, back)
+    if kind == "mlm":
+        assert back.mask_id == 4
+
+
+# ------------------------------------------------------------------ models made by transformers, random weights
+
+
+def _randomised(model):
+    """transformers initialises norms to 1 and biases to 0: random values so a mapping error shows."""
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" in name:  # Marian's sinusoidal table: computed, not learned
+                continue
+            p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.dim() == 1 and (p == 1).all() else 0.0))
+    return model.eval()
+
+
+def _save(hf, tok, out, shard=None):
+    hf.save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
+    assert (out / "model.safetensors.index.json").is_file() == bool(shard)
+    tok.backend.save(str(out / "tokenizer.json"))
+    return out
+
+
+def _compare(out, inputs, hf):
+    imported = load(out)
+    with torch.no_grad():
+        ours = imported.model(*inputs)
+        theirs = hf(*inputs).logits
+    assert ours.std() > 0.1
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+    return imported
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "llama-bias-tied", "mixtral"])
+def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
+    V = bpe.vocab_size
+    small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                 num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
+    if name == "gpt2":
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4,
+                                                                  n_positions=64, activation_function="gelu_new"))
+    elif name.startswith("llama"):
+        bias = name == "llama-bias-tied"
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,
+                                                                    tie_word_embeddings=bias))
+    else:
+        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**small, num_local_experts=4,
+                                                                        num_experts_per_tok=2, rope_theta=10000.0))
+    hf = _randomised(hf)
+    out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
+    ids = torch.randint(0, V, (2, 40), generator=torch.Generator().manual_seed(1))
+    imported = _compare(out, (ids,), hf)
+    assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
+
+
+@pytest.mark.parametrize("name", ["mlm", "classifier"])
+def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
+    tok = HFTokenizer.train([TEXT] * 20, SPECIALS, vocab_size=200, kind="wordpiece")
+    config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=64, hidden_act="gelu_new",
+                                     layer_norm_eps=1e-5, type_vocab_size=2, num_labels=3)
+    cls = transformers.BertForMaskedLM if name == "mlm" else transformers.BertForSequenceClassification
+    hf = _randomised(cls(config))  # token type 0's row non-zero: folded into the positions
+    out = _save(hf, tok, tmp_path)
+    ids = torch.randint(5, tok.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    _compare(out, (ids,), hf)
+
+
+def test_a_transformers_marian_imports_with_its_logits(tmp_path):
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    config = transformers.MarianConfig(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                                       decoder_ffn_dim=48, max_position_embeddings=64, activation_function="relu",
+                                       pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
+    hf = _randomised(transformers.MarianMTModel(config))
+    out = _save(hf, tok, tmp_path)
+    src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    imported = load(out)
+    with torch.no_grad():
+        ours, theirs = imported.model(src, tgt), hf(input_ids=src, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.1
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp_path):
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path / "gqa")
+    with pytest.raises(LabError, match="num_key_value_heads=2; lab reproduces 4"):
+        load(out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
+    with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
+                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MarianMTModel"):
+        load(out)
+    (out / "tokenizer.json").unlink()
+    with pytest.raises(LabError, match="lacks tokenizer.json; lab reads a Hugging Face directory with config.json"):
+        load(out)
+
+
+def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
+    """BERT's erf GELU / eps or a non-zero Marian final_logits_bias would be silently different: refused."""
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    config = transformers.MarianConfig(vocab_size=tok.vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                                       decoder_ffn_dim=48, activation_function="relu", pad_token_id=0)
+    hf = _randomised(transformers.MarianMTModel(config))
+    with torch.no_grad():
+        hf.final_logits_bias[0, 5] = 1.0  # a buffer lab has no place for (zero in Marian's own checkpoints)
+    with pytest.raises(LabError, match="final_logits_bias hold non-zero values where lab's model has no parameter"):
+        load(_save(hf, tok, tmp_path / "marian"))
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48))
+    with pytest.raises(LabError, match="hidden_act='gelu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' only"):
+        load(_save(bert, HFTokenizer.train([TEXT], SPECIALS, 50, "wordpiece"), tmp_path / "bert"))
+
+
+# ---------------------------------------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def small_bert(tmp_path_factory):
+    """A transformers BertForMaskedLM of lab's test sizes, with its WordPiece tokenizer."""
+    tok = HFTokenizer.train(["a gorgeous moving film. the worst movie of the year, dull and long."] * 20, SPECIALS,
+                            vocab_size=120, kind="wordpiece")
+    config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=128, max_position_embeddings=32, hidden_act="gelu_new",
+                                     layer_norm_eps=1e-5, type_vocab_size=2)
+    return _save(_randomised(transformers.BertForMaskedLM(config)), tok, tmp_path_factory.mktemp("bert")), tok
+
+
+def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
+    from lab.runtime.hf.importing import init_from
+
+    bert, tok = small_bert
+    model = EncoderClassifier(tok.vocab_size, 0, 2, d_model=32, n_layers=1, n_heads=2, max_seq_len=32)  # pre-norm
+    keys = dict.fromkeys(("d_model", "n_layers", "n_heads", "max_seq_len", "norm_placement", "positions"))
+    with pytest.raises(LabError) as e:
+        init_from(model, str(bert), {"config": {"model": keys}})
+    assert str(e.value).endswith("; add model.norm_placement=post +model.embed_norm=true")
+    gpt = _model(tok.vocab_size, **CASES["gpt2-char"][2])
+    with pytest.raises(LabError, match="is a BertForMaskedLM, which a GPT cannot start from"):
+        init_from(gpt, str(bert), {})
+
+
+@pytest.mark.slow  # a training run (lab.train in a subprocess)
+def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
+    """model.init_from=<BERT dir> through lab.train, the overrides as the refusal names them: the encoder is
+    loaded (the directory's tokenizer reads the data), the pooler and head for the data's labels are new."""
+    from conftest import run_dirs, train
+
+    bert, _ = small_bert
+    train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
+           "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
+           "+model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+           "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
+           "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
+    (run,) = run_dirs(tmp_path)
+    log = (run / "train.log").read_text()
+    encoder = 4 + 12  # embeddings (tokens, positions, norm weight and bias) + one block's 12 tensors
+    assert f"init_from {bert} (BertForMaskedLM): loaded {encoder} tensors; new (trained from init): " \
+           "pool.dense.weight, pool.dense.bias, classifier.weight, classifier.bias" in log
+
+
+def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_path):
+    """Export, then init_from into a fresh model of the same settings: every tensor loaded, bit for bit."""
+    from lab.runtime.hf.importing import init_from
+
+    layout = CASES["mixtral-bpe-top2"][2]
+    trained = _model(bpe.vocab_size, **layout)
+    export(trained, bpe, {}, tmp_path)
+    torch.manual_seed(5)
+    fresh = _model(bpe.vocab_size, **layout)
+    init_from(fresh, str(tmp_path), {"tokenizer": bpe.to_json()})
+    _same_model(trained, fresh)
+    other = HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=290, kind="bpe")
+    with pytest.raises(LabError, match="the data's tokenizer is not the model's"):
+        init_from(_model(bpe.vocab_size, **layout), str(tmp_path), {"tokenizer": other.to_json()})
+
+
+def test_a_missing_shard_is_one_error(bpe, tmp_path):
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path, shard="40KB")
+    shards = sorted(out.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    with pytest.raises(LabError, match=f"lacks the shard\\(s\\) {shards[-1].name} its model.safetensors.index.json names"):
+        load(out)
