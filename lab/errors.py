@@ -3,6 +3,19 @@ from __future__ import annotations
 
 import re
 
+EXCERPT = 40  # characters of the user's data an error quotes: enough to find the line, never the whole line
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """A short quote of user data for a one-line message: repr (control characters visible), cut with '...'."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def excerpts(items, count: int = 6, limit: int = 24) -> str:
+    """The first few of a list of user strings (column or field names), each short: "'a', 'b', ..."."""
+    items = list(items)
+    return ", ".join(excerpt(str(x), limit) for x in items[:count]) + (", ..." if len(items) > count else "")
+
 
 class LabError(Exception):
     """A problem with the user's input (config, data, checkpoint); the message says what and how to fix it."""
