@@ -225,7 +225,7 @@ def tokenizer_from_checkpoint(path: str):
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)  # someone else's file runs no code
     except pickle.UnpicklingError as e:
-        refusal = UnsafeFileError.from_load_error(f"data.tokenizer_from={path}", e)
+        refusal = UnsafeFileError.from_load_error(f"data.tokenizer_from={path}", e, p)
         if refusal is None:
             raise
         raise refusal from None
