@@ -32,9 +32,9 @@ class UnsafeFileError(LabError):
     such as os.system); `found` is that global as torch reports it."""
 
     def __init__(self, path, found: str):
-        super().__init__(f"{path} holds executable objects ({found}), not only tensors and plain data; lab "
-                         "refused to load it because unpickling it would run code. Use a checkpoint written by "
-                         "lab.train (or an HF export's model.safetensors) from a source you trust")
+        super().__init__(f"{path} holds executable objects ({found}), not only tensors and data: unpickling it "
+                         "would run code, so lab refused it; use a checkpoint from lab.train (or a model.safetensors "
+                         "export) that you trust")
 
     @classmethod
     def from_load_error(cls, path, error: BaseException, file=None) -> UnsafeFileError | None:

@@ -128,8 +128,8 @@ def classify(tmp_path: Path, files: dict, **options):
     names = list(paths)
     val = next((str(p) for n, p in paths.items() if n.startswith("val.")), None)
     test = next((str(p) for n, p in paths.items() if n.startswith("test.")), None)
-    dm = LabelledFilesDataModule(str(paths[names[0]]), val, test, cache_dir=str(tmp_path / "cache"), tokenizer="char",
-                                 max_length=16, batch_size=2, **options)
+    dm = LabelledFilesDataModule(str(paths[names[0]]), val, test, cache_dir=str(tmp_path / "cache"),
+                                 **{"tokenizer": "char", "max_length": 16, "batch_size": 2, **options})
     dm.setup()
     return dm
 
@@ -220,10 +220,10 @@ PARALLEL_CASES = [
 def translate(tmp_path: Path, files: dict, **options):
     paths = write(tmp_path, files)
     named = {f"{n.split('.')[0]}_file": str(p) for n, p in paths.items()}
-    settings = {"valid_size": 1, "test_size": 1, **options}
+    settings = {"valid_size": 1, "test_size": 1, "batch_size": 2, **options}
     dm = ParallelTextDataModule(**{**named, **{k: v for k, v in settings.items() if k.endswith("_file")}},
                                 **{k: v for k, v in settings.items() if not k.endswith("_file")},
-                                cache_dir=str(tmp_path / "cache"), vocab_size=300, batch_size=2, eval_batch_size=2)
+                                cache_dir=str(tmp_path / "cache"), vocab_size=300, eval_batch_size=2)
     dm.prepare_data()
     dm.setup("fit")
     return dm

@@ -175,21 +175,17 @@ def check_values(cfg: DictConfig) -> None:
 
 
 def check_registered(trainer) -> None:
-    """trainer.strategy / trainer.accelerator given by name: one Lightning knows (a typo is one line here, not
-    Lightning's error after the data is built)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry  # noqa: PLC0415
+    """trainer.strategy given by name: one Lightning knows (a typo is one line here, not Lightning's error after
+    the data is built)."""
     from lightning.pytorch.strategies import StrategyRegistry  # noqa: PLC0415
 
     from lab.runtime.cli import did_you_mean  # noqa: PLC0415
 
-    for key, names, usual in (("strategy", StrategyRegistry.available_strategies(), "auto, ddp, fsdp, deepspeed"),
-                              ("accelerator", AcceleratorRegistry.available_accelerators(), "auto, cpu, gpu, cuda, mps")):
-        value = trainer.get(key, "auto")
-        known = {"auto", "gpu", *names}
-        if isinstance(value, str) and value not in known:
-            close = did_you_mean(value, known).removeprefix("; did you mean ").removesuffix("?")
-            raise LabError(f"trainer.{key}={value!r} is not a {key} Lightning knows; "
-                           + (f"did you mean trainer.{key}={close}?" if close else f"e.g. {usual}"))
+    value, known = trainer.get("strategy", "auto"), {"auto", *StrategyRegistry.available_strategies()}
+    if isinstance(value, str) and value not in known:
+        close = did_you_mean(value, known).removeprefix("; did you mean ").removesuffix("?")
+        raise LabError(f"trainer.strategy={value!r} is not a strategy Lightning knows; "
+                       + (f"did you mean trainer.strategy={close}?" if close else "e.g. auto, ddp, fsdp, deepspeed"))
 
 
 def check_devices(trainer) -> None:
