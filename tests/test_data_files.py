@@ -104,7 +104,7 @@ CLASSIFY_CASES = [
                                "test.tsv": TEST.encode("utf-16")}, {"encoding": "utf-16"},
      {"rows": [20, 2, 2], "labels": {"neg": 10, "pos": 10}, "bom": True}),
     ("zip-refused-by-name", {"train.tsv": b"PK\x03\x04\x00\x00" + bytes(range(256)) * 4}, {},
-     r"train.tsv is a zip archive file, not text; unzip \S*train.tsv and give one of its files"),
+     r"train.tsv is a zip archive \(or .xlsx / .docx\) file, not text; unzip \S*train.tsv \(or export the sheet as .csv\)"),
     ("binary-refused", {"train.tsv": b"text\tlabel\x00\x00" + bytes(range(256)) * 4}, {},
      r"train.tsv holds NUL bytes \(byte offset 10\): a binary file, not text"),
     ("overlap-dropped-from-eval", {"train.tsv": BASE, "val.tsv": VAL + "good film 1\tpos\n",
@@ -408,7 +408,7 @@ def test_the_run_directory_and_the_log_carry_the_data_report(tmp_path):
     assert sum(report["splits"][s]["rows"] for s in ("train", "val", "test")) == 21 - sum(
         e["count"] for e in report["events"] if e["action"] == "dropped" and e["split"] in ("val", "test"))
     assert {(e["action"], e["reason"], e["count"]) for e in report["events"] if e["split"] == "train_file"} >= {
-        ("dropped", "rows with the wrong number of columns", 1), ("changed", "labels normalised (whitespace stripped, numbers as 1 / 0.5)", 1)}
+        ("dropped", "rows with the wrong number of columns", 1), ("changed", "labels normalised (Unicode NFC, whitespace, numbers as 1 / 0.5)", 1)}
     log = (run / "train.log").read_text()
     assert "data: dropped in train_file: 1 rows with the wrong number of columns (first: train.tsv:23)" in log
     assert "data_report" in (run / "csv" / "hparams.yaml").read_text()

@@ -22,10 +22,11 @@ from test_data_files import BASE, PAIRS, TEST, TESTP, TEXT, VAL, VALID, classify
 
 from lab.data.classification import LabelledFilesDataModule
 from lab.data.reading import label_of, label_order
-from lab.errors import DataError
+from lab.errors import DataError, LabError
 
 LIMIT = 300  # characters an error line may have
 NFD = unicodedata.normalize("NFD", "café")
+CSV_TEXT = "text,label\n" + "".join(f"good film {i},pos\nbad film {i},neg\n" for i in range(10))
 
 
 def one_short_line(message: str) -> str:
@@ -54,7 +55,7 @@ NUL_LATE = (NUL_LATE[:9016] + "\0" + NUL_LATE[9016:]).encode()
 CLASSIFY = [
     ("nul-after-8kb", {"train.tsv": NUL_LATE}, {}, r"train.tsv holds NUL bytes \(byte offset 9016\): a binary file"),
     ("gzip-named-tsv", {"train.tsv": gzip.compress(BASE.encode())}, {},
-     r"train.tsv is a gzip-compressed file, not text; zcat \S*train.tsv > \S*train.plain.tsv and give that file"),
+     r"train.tsv is a gzip-compressed file, not text; zcat \S*train.tsv > train.plain.tsv and give that file$"),
     ("pickle-named-jsonl", {"train.jsonl": pickle.dumps([("a", 1)])}, {}, r"train.jsonl is a Python pickle file, not text"),
     ("utf16-without-bom", {"train.tsv": BASE.encode("utf-16-le")}, {},
      r"at every other byte: UTF-16 text without a byte order mark\? then set data.encoding=utf-16-le"),
@@ -100,6 +101,12 @@ CLASSIFY = [
     ("batch-larger-than-the-data", {"train.tsv": BASE, "val.tsv": VAL, "test.tsv": TEST}, {"batch_size": 10000},
      {"rows": [20, 2, 2], "events": {("changed", "train", "data.batch_size=10000 is more than the 20 training rows"): 1}}),
     ("header-only", {"train.tsv": "text\tlabel\n"}, {}, r"train.tsv: no usable rows are left"),
+    ("json-array-named-jsonl", {"train.jsonl": json.dumps([{"text": "a", "label": 1}], indent=2)}, {},
+     r"train.jsonl holds a JSON array, not JSON lines \(one object a line\); convert it, e.g. jq -c '.\[\]' \S*train.jsonl > "),
+    ("comma-separated-named-tsv", {"train.tsv": CSV_TEXT}, {},
+     r"train.tsv: its header line 'text,label' is ','-separated, not tab-separated; give it a .csv name \(mv \S+train.tsv train.csv\)$"),
+    ("xlsx-named-csv", {"train.csv": b"PK\x03\x04" + bytes(100)}, {}, r"train.csv is a zip archive \(or .xlsx / .docx\) file"),
+    ("empty-file", {"train.tsv": b""}, {}, r"train.tsv holds no rows"),
     ("label-with-inner-whitespace", {"train.tsv": "text\tlabel\n" + "".join(f"r{i}\t{('very  good', 'very good', 'bad')[i % 3]}\n" for i in range(9)),
                                      "val.tsv": "text\tlabel\nv\tvery\u00a0good\n", "test.tsv": "text\tlabel\nw\tbad\n"}, {},
      {"rows": [9, 1, 1], "labels": {"bad": 3, "very good": 6}}),
@@ -327,6 +334,43 @@ def test_entry_point_mistakes_are_one_line(tmp_path, monkeypatch, capsys, module
     assert lines[0].startswith("error: ") and len(lines[0]) <= LIMIT + 7, lines[0]
     assert re.search(expected.replace("EVIL", re.escape(str(tmp_path / "evil.ckpt"))).replace(
         "PLAIN", re.escape(str(tmp_path / "plain.ckpt"))), lines[0].removeprefix("error: ")), lines[0]
+
+
+def test_lm_samples_from_a_prompt_the_char_vocabulary_lacks(tmp_path, monkeypatch, capsys):
+    """The default sample prompt ("ROMEO.\\n") on a corpus with no capitals and no newline encodes to nothing: the
+    samples start at a document boundary instead of an IndexError after training."""
+    (tmp_path / "a.txt").write_text("to be or not to be that is the question " * 40)
+    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    monkeypatch.setattr(sys, "argv", ["lab/train.py", f"--config-path={conf}", "+experiment=gpt_nano_char", "data=text_files",
+                                      f"data.corpus.train_files=[{tmp_path / 'a.txt'}]", "model.n_layers=1", "model.d_model=16",
+                                      "model.n_heads=2", "model.max_seq_len=16", "data.batch_size=2", "data.eval_batches=1",
+                                      "trainer.max_steps=2", "trainer.val_check_interval=2", "task.samples.max_new_tokens=4",
+                                      "task.scheduler.warmup_steps=1", "logger.wandb.mode=disabled", "callbacks.progress=null"])
+    importlib.import_module("lab.train").main()
+    log = next((tmp_path / "runs").rglob("train.log")).read_text()
+    assert "samples @ step 2 | prompt: ROMEO." in log and "Traceback" not in log
+
+
+def test_inference_inputs_that_are_not_text_are_one_line(tmp_path, monkeypatch):
+    from lab.runtime.inputs import read_texts
+
+    (tmp_path / "in.txt").write_bytes(gzip.compress(b"a text\n"))
+    (tmp_path / "nul.txt").write_bytes(b"abc\n" * 3000 + b"\0\n")  # past the first 8 KB
+    assert re.fullmatch(r"\S+in.txt is a gzip-compressed file, not text; zcat \S+in.txt > in.plain.txt and give that file",
+                        refused(read_texts, None, str(tmp_path / "in.txt")))
+    assert "nul.txt holds NUL bytes (byte offset 12000): a binary file" in refused(read_texts, None, str(tmp_path / "nul.txt"))
+
+    class Stdin:
+        buffer = __import__("io").BytesIO(b"one\ntw\0o\n")
+
+        @staticmethod
+        def isatty():
+            return False
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    with pytest.raises(LabError, match=r"^stdin holds NUL bytes \(byte offset 6\): binary data, not text"):
+        read_texts(None, None)
 
 
 # ---------------------------------------------------------------- fuzz: random damage, every outcome accounted for

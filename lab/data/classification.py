@@ -104,6 +104,10 @@ class LabelledFiles:
         elif suffix in (".tsv", ".csv"):
             head, rows = read_table(path, fmt, field, report, names=fields, header=True)
             missing = [f for f in fields if f not in head]
+            sep = next((d for d in ",;|" if set(fields) <= {c.strip() for c in head[0].split(d)}), None)
+            if missing and suffix == ".tsv" and len(head) == 1 and sep:  # .csv reads , ; | by its header
+                raise DataError(f"{path}: its header line {excerpt(head[0])} is {sep!r}-separated, not tab-separated; "
+                                f"give it a .csv name (mv {path} {path.stem}.csv)")
             if missing:
                 raise DataError(f"{path}: the header line has no {' / '.join(repr(f) for f in missing)} column (columns: "
                                 f"{excerpts(head)}); set {self.prefix}text_field / {self.prefix}label_field to "

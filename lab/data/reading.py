@@ -207,7 +207,7 @@ def check_distinct(files: dict[str, str | None], prefix: str, pool: str) -> None
 # First bytes of files that are not text, and what to do with them (checked before NUL bytes: a gzip header
 # has NULs, and "holds NUL bytes" would not say what the file is)
 MAGIC = ((rb"\x1f\x8b", "gzip-compressed", "zcat {path} > {plain} and give that file"),
-         (rb"PK\x03\x04", "zip archive", "unzip {path} and give one of its files"),
+         (rb"PK\x03\x04", "zip archive (or .xlsx / .docx)", "unzip {path} (or export the sheet as .csv) and give that file"),
          (rb"BZh[1-9]1AY&SY", "bzip2-compressed", "bzcat {path} > {plain} and give that file"),
          (rb"\xfd7zXZ\x00", "xz-compressed", "xzcat {path} > {plain} and give that file"),
          (rb"\x28\xb5\x2f\xfd", "zstd-compressed", "zstdcat {path} > {plain} and give that file"),
@@ -216,11 +216,12 @@ MAGIC = ((rb"\x1f\x8b", "gzip-compressed", "zcat {path} > {plain} and give that 
 CONTROL = "\0\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x7f"
 
 
-def refuse_binary(path: Path, data: bytes, fmt: FileFormat) -> None:
-    """A file that is not text (a known binary format, or NUL bytes anywhere) -> one error saying what it is."""
+def refuse_binary(path: Path | str, data: bytes, utf16_fix: str) -> None:
+    """A file that is not text (a known binary format, or NUL bytes anywhere) -> one error saying what it is.
+    utf16_fix: what to do about UTF-16 without a byte order mark, with {codec} (e.g. "set data.encoding={codec}")."""
     for magic, what, fix in MAGIC:
         if re.match(magic, data):
-            plain = path.with_name(path.stem + ".plain" + path.suffix)
+            plain = Path(path).stem + ".plain" + Path(path).suffix  # written where the user is
             raise DataError(f"{path} is a {what} file, not text; {fix.format(path=path, plain=plain)}")
     at = data.find(NUL)
     if at < 0:
@@ -230,7 +231,7 @@ def refuse_binary(path: Path, data: bytes, fmt: FileFormat) -> None:
     if max(odd, even) > 0.3 * len(head) / 2:
         codec = "utf-16-le" if odd > even else "utf-16-be"
         raise DataError(f"{path} holds NUL bytes (byte offset {at}) at every other byte: UTF-16 text without a byte "
-                        f"order mark? then set {fmt.prefix}encoding={codec}")
+                        f"order mark? then {utf16_fix.format(codec=codec)}")
     raise DataError(f"{path} holds NUL bytes (byte offset {at}): a binary file, not text; give the text file")
 
 
@@ -246,7 +247,7 @@ def decode(path: Path, fmt: FileFormat, split: str, report: DataReport, **facts)
     if bom16 and not wide:
         raise DataError(f"{path} starts with a UTF-16 byte order mark; set {fmt.prefix}encoding=utf-16 (utf-32 if it is that)")
     if not wide:
-        refuse_binary(path, data, fmt)
+        refuse_binary(path, data, f"set {fmt.prefix}encoding={{codec}}")
     try:
         text = data.decode(fmt.encoding, errors="strict")
         replaced = 0
@@ -382,6 +383,9 @@ def read_table(path: Path, fmt: FileFormat, split: str, report: DataReport, name
 def read_jsonl(path: Path, fmt: FileFormat, split: str, report: DataReport) -> list[tuple[int, dict]]:
     """(line number, object) of each non-blank line of a .jsonl file."""
     text = decode(path, fmt, split, report, format="jsonl")
+    if text.lstrip().startswith("["):
+        raise DataError(f"{path} holds a JSON array, not JSON lines (one object a line); convert it, e.g. "
+                        f"jq -c '.[]' {path} > {path.stem}.lines.jsonl")
     out = []
     for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
