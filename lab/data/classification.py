@@ -282,6 +282,22 @@ class TextClassificationDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         splits, tok, report = self._load()
+        # the model's input is the tokens: texts that differ only where the tokenizer normalises (wordpiece
+        # lowercases and strips accents) are the same input, so held-out copies of that kind go too (said); a
+        # text with unknown tokens keeps its own key (distinct words that are all [UNK] to it are not copies)
+        cut, prefix, unk = splits, getattr(self.source, "prefix", "data."), tok.token_id("[UNK]")
+
+        def key(row: Example):
+            text = normalize_sentence(row[0])
+            ids = tuple(tok.encode(text))
+            return text if unk in ids else ids
+
+        splits = drop_overlap(cut, key, self.source.eval_overlap, report, prefix, order=SPLITS, where=lambda row: row[2],
+                              what="tokens", repeats=False)
+        for name in SPLITS:
+            if not splits[name]:
+                raise DataError(f"nothing is left of the {name} split: all {len(cut[name])} of its rows are, as the "
+                                "tokenizer reads them, rows of an earlier split; give held-out rows that differ")
         self.labels = label_order(y for _, y, _ in splits["train"])
         if len(self.labels) < 2:
             raise DataError(f"the training data has a single label {excerpt(self.labels[0])} ({len(splits['train'])} rows): a "

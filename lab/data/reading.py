@@ -423,12 +423,12 @@ NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")  # a plain integer or decimal; 
 
 def label_of(value) -> str | None:
     """A label: its text as the model's text is normalised (NFC, whitespace runs as one space, none at the
-    ends), compared as written; a plain integer or decimal in canonical form, exactly (1, 1.0, "1.0", " +1" ->
+    ends) and without invisible format characters (a stray BOM, zero-width space), compared as written; a plain integer or decimal in canonical form, exactly (1, 1.0, "1.0", " +1" ->
     "1"; 0.50 -> "0.5"; 9007199254740993 stays itself). None when empty."""
     text = text_of(value)
     if text is None:
         return None
-    text = normalize_sentence(text)
+    text = normalize_sentence("".join(c for c in text if unicodedata.category(c) != "Cf"))  # invisible: a BOM, ZWSP
     if not text or not NUMBER.fullmatch(text):
         return text or None
     x = Decimal(text)
@@ -449,9 +449,10 @@ def label_counts(labels) -> dict[str, int]:
 
 def drop_overlap(splits: dict[str, list], key, policy: str, report: DataReport, prefix: str = "data.",
                  order: tuple[str, ...] = ("train", "val", "test"), where=lambda row: None, unit: str = "row",
-                 what: str = "input") -> dict[str, list]:
+                 what: str = "input", repeats: bool = True) -> dict[str, list]:
     """Evaluation splits without the rows whose key (the model's input) occurs in an earlier split of `order`:
-    val loses what train has, test what train or val has. policy error: refuse instead, naming the rows."""
+    val loses what train has, test what train or val has. policy error: refuse instead, naming the rows.
+    repeats: note rows repeating another's key in the same split (kept); False for a second, finer pass."""
     seen: dict[object, str] = {}
     out = {}
     for name in order:
@@ -464,7 +465,7 @@ def drop_overlap(splits: dict[str, list], key, policy: str, report: DataReport, 
             if k in seen:
                 dupes.append((row, seen[k]))
                 continue
-            if k in mine:  # within one split a repeat is the user's choice (e.g. weighting): kept, but said
+            if k in mine and repeats:  # within one split a repeat is the user's choice (e.g. weighting): kept, but said
                 report.note("kept", name, f"{unit}s repeating an earlier {unit}'s {what} in the same split", where(row))
             mine.add(k)
             kept.append(row)
