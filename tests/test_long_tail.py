@@ -313,6 +313,7 @@ ENTRY = [
     ("classify", ["text=hi"], r"^ckpt_path is required but not set"),
     ("translate", ["text=hi"], r"^ckpt_path is required but not set"),
     ("eval", [], r"^ckpt_path is required but not set"),
+    ("fill_mask", ["text=a [MASK] film"], r"^ckpt_path is required but not set"),
     ("generate", ["ckpt_path=EVIL", "prompt=hi"], r"EVIL holds executable objects \(posix.system\), not only tensors"),
     ("classify", ["ckpt_path=EVIL", "text=hi"], r"EVIL holds executable objects \(posix.system\)"),
     ("translate", ["ckpt_path=PLAIN", "text=hi"], r"PLAIN cannot be read \(UnpicklingError.*\); it is damaged or not a checkpoint"),
