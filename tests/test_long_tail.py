@@ -308,6 +308,8 @@ ENTRY = [
     ("train", ["--max_steps=20"], r"--max_steps=20 is not an option: settings are key=value overrides without dashes; give trainer.max_steps=20$"),
     ("train", ["--lr=0.01", "trainer.max_steps=2"], r"give task.optimizer.lr=0.01$"),
     ("train", ["--max_step=3"], r"give trainer.max_steps=3$"),
+    ("train", ["max_steps=20"], r"^max_steps is not a config key; did you mean trainer.max_steps=20\?$"),
+    ("train", ["+experiment=gpt_nano_char", "data.batch=3"], r"^data.batch is not a config key; did you mean data.batch_size\?"),
     ("train", ["--nonsense=1"], r"--nonsense=1 is not an option, and nonsense is not a setting of lab.train"),
     ("generate", ["prompt=hi"], r"^ckpt_path is required but not set; give it on the command line, e.g. ckpt_path=<value>$"),
     ("classify", ["text=hi"], r"^ckpt_path is required but not set"),

@@ -106,8 +106,8 @@ def _known_keys(path: list[str]) -> set[str]:
             node = node.get(part) if OmegaConf.is_dict(node) else None
         if OmegaConf.is_dict(node):
             keys |= {str(k) for k in node if k != "defaults"}
-    if len(path) == 1 and (conf / path[0]).is_dir():
-        keys |= {p.stem for p in conf.glob("*") if p.is_dir()}
+    if len(path) == 1 and (conf / path[0]).is_dir():  # nested groups: task/scheduler is the key task.scheduler
+        keys |= {p.name for p in (conf / path[0]).iterdir() if p.is_dir()}
     return keys
 
 
@@ -145,6 +145,10 @@ def hydra_error_line(e: BaseException) -> str | None:
             parent, _, leaf = key.rpartition(".")
             prefix = f"{parent}." if parent else ""
             hint = did_you_mean(leaf, {prefix + k for k in _known_keys(parent.split(".") if parent else [])}, prefix)
+            elsewhere = None if hint else key_named(key, Path(sys.argv[0]).stem)  # e.g. max_steps: trainer.max_steps
+            if elsewhere:
+                value = append.group(1).partition("=")[2] if append else "<value>"
+                return f"{key} is not a config key; did you mean {elsewhere}={value}?"
             if hint:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
@@ -210,24 +214,29 @@ def _config_keys(entry_point: str) -> dict[str, set[str]]:
 
 def dashed_argument_line(message: str, entry_point: str) -> str:
     """argparse's complaint about the command line (e.g. `--max_steps=20`) as one line naming the override."""
-    import difflib  # noqa: PLC0415
-
     found = re.search(r"unrecognized arguments: (.*)", message)
     if not found:
         return f"{message}; settings are key=value overrides (see --help)"
     arg = found.group(1).split()[0]
     key, _, value = arg.lstrip("-").partition("=")
+    named = key_named(key, entry_point)
+    if not named:
+        return f"{arg} is not an option, and {key} is not a setting of lab.{entry_point}; see python -m lab.{entry_point} --help"
+    return f"{arg} is not an option: settings are key=value overrides without dashes; give {named}={value or '<value>'}"
+
+
+def key_named(key: str, entry_point: str) -> str | None:
+    """The config key a user most likely meant by `key` (a leaf such as max_steps, or a near spelling of one):
+    the shortest full key ending in it, preferring those under key's own parent; None when nothing is close."""
+    import difflib  # noqa: PLC0415
+
     keys = _config_keys(entry_point)
     parent, _, leaf = key.rpartition(".")
     if leaf not in keys:
         close = difflib.get_close_matches(leaf, sorted(keys), n=1, cutoff=0.75)
         leaf = close[0] if close else leaf
     matches = sorted(keys.get(leaf, set()), key=lambda k: (not k.startswith(parent), k.count("."), k))
-    if not matches:
-        return f"{arg} is not an option, and {key} is not a setting of lab.{entry_point}; see python -m lab.{entry_point} --help"
-    more = f" (or {', '.join(matches[1:3])})" if len(matches) > 1 else ""
-    return (f"{arg} is not an option: settings are key=value overrides without dashes; give "
-            f"{matches[0]}={value or '<value>'}{more}")
+    return matches[0] if matches and matches[0] != key else None
 
 
 def _install_hydra_translation() -> None:
