@@ -24,6 +24,9 @@ def main(cfg: DictConfig) -> None:
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run directory: its best, else last checkpoint
         if cfg.get("compare_to"):
             cfg.compare_to = compared_to(str(cfg.compare_to))
+    outputs = cfg.get("outputs_dir")
+    if outputs and Path(str(outputs)).expanduser().exists() and not Path(str(outputs)).expanduser().is_dir():
+        raise LabError(f"outputs_dir={outputs} is a file; give a directory to write test.source / reference / hypothesis into")
     for name, value in sorted(evaluate(cfg).items()):
         print(f"{name}: {value:.4f}")
 

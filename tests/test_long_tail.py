@@ -321,6 +321,10 @@ ENTRY = [
     ("translate", ["ckpt_path=PLAIN", "text=hi"], r"PLAIN cannot be read \(UnpicklingError.*\); it is damaged or not a checkpoint"),
     ("eval", ["ckpt_path=EVIL", "compare_to=TMP/nope"], r"^compare_to=\S*nope does not exist; give a run directory"),
     ("eval", ["ckpt_path=EVIL", "compare_to=TMP"], r"^compare_to=\S* is a directory without checkpoints"),
+    ("eval", ["ckpt_path=EVIL", "outputs_dir=TMP/afile"], r"^outputs_dir=\S*afile is a file; give a directory"),
+    ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP"], r"^output_file=\S* is a directory; give a file name"),
+    ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP/no/such/out.en"],
+     r"^output_file=\S*out.en: its directory does not exist; create it \(mkdir -p \S+no/such\) or give another path$"),
     ("train", ["+experiment=gpt_nano_char", "trainer.strategy=ddp_fsdp_xyz"], r"trainer.strategy='ddp_fsdp_xyz' is not a strategy Lightning knows; e.g. auto"),
     ("train", ["+experiment=gpt_nano_char", "trainer.strategy=ddpp"], r"trainer.strategy='ddpp' is not a strategy Lightning knows; did you mean trainer.strategy=ddp\?"),
     ("train", ["+experiment=gpt_nano_char", "trainer.accelerator=gpux"], r"trainer.accelerator='gpux' must be one of auto, cpu, gpu"),
@@ -381,6 +385,8 @@ def test_inference_inputs_that_are_not_text_are_one_line(tmp_path, monkeypatch):
         def isatty():
             return False
     monkeypatch.setattr(sys, "stdin", Stdin)
+    with pytest.raises(LabError, match=r"^file=\S+ is a directory; give a UTF-8 text file"):
+        read_texts(None, str(tmp_path))
     with pytest.raises(LabError, match=r"^stdin holds NUL bytes \(byte offset 6\): binary data, not text"):
         read_texts(None, None)
 
