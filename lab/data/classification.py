@@ -195,7 +195,9 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
         cut = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
         for name in SPLITS:
             if not cut[name]:
-                raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
+                prefix = getattr(source, "prefix", "data.")
+                raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10); "
+                                f"give more rows, or {prefix}valid_file / {prefix}test_file")
         splits = drop_overlap(cut, lambda row: normalize_sentence(row[0]), source.eval_overlap, report, getattr(source, "prefix", "data."),
                               order=SPLITS, where=lambda row: row[2], what="text")
         for name in SPLITS:
@@ -307,7 +309,7 @@ class TextClassificationDataModule(L.LightningDataModule):
             unknown = [(y, w) for _, y, w in splits[name] if y not in index]
             if unknown:
                 raise DataError(f"the {name} split has label(s) {excerpt(', '.join(label_order(y for y, _ in unknown)))} that never occur in "
-                                f"the training data (first at {unknown[0][1]})")
+                                f"the training data (first at {unknown[0][1]}); fix those labels, or give training rows with them")
             ids = [encode_sentence(tok, t, self.max_length) for t, _, _ in splits[name]]
             for (t, _, where), x in zip(splits[name], ids):  # only a full-length one can have been cut
                 if len(x) == self.max_length and len(tok.encode(t)) > self.max_length - 2:
