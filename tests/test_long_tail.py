@@ -101,6 +101,9 @@ CLASSIFY = [
     ("batch-larger-than-the-data", {"train.tsv": BASE, "val.tsv": VAL, "test.tsv": TEST}, {"batch_size": 10000},
      {"rows": [20, 2, 2], "events": {("changed", "train", "data.batch_size=10000 is more than the 20 training rows"): 1}}),
     ("header-only", {"train.tsv": "text\tlabel\n"}, {}, r"train.tsv: no usable rows are left"),
+    ("no-header-line", {"train.tsv": BASE.split("\n", 1)[1]}, {},
+     r"train.tsv: the header line has no 'text' / 'label' column \(columns: 'good film 0', 'pos'\); set data.text_field / "
+     r"data.label_field to its column names, or add a first line naming the columns \(text<TAB>label\)$"),
     ("label-unseen-in-training", {"train.tsv": BASE, "val.tsv": "text\tlabel\nv\tneutral\n", "test.tsv": TEST}, {},
      r"^the val split has label\(s\) 'neutral' that never occur in the training data \(first at val.tsv:2\); fix those"),
     ("too-few-rows-to-split", {"train.tsv": "text\tlabel\na\tpos\nb\tneg\nc\tpos\n"}, {},

@@ -109,9 +109,10 @@ class LabelledFiles:
                 raise DataError(f"{path}: its header line {excerpt(head[0])} is {sep!r}-separated, not tab-separated; "
                                 f"give it a .csv name (mv {path} {path.stem}.csv)")
             if missing:
+                sep = "<TAB>" if suffix == ".tsv" else ","
                 raise DataError(f"{path}: the header line has no {' / '.join(repr(f) for f in missing)} column (columns: "
-                                f"{excerpts(head)}); set {self.prefix}text_field / {self.prefix}label_field to "
-                                "its column names (.csv: comma-separated, or ';' / '|' when the header names them so)")
+                                f"{excerpts(head)}); set {self.prefix}text_field / {self.prefix}label_field to its column "
+                                f"names, or add a first line naming the columns ({self.text_field}{sep}{self.label_field})")
             records = [(n, dict(zip(head, cells))) for n, cells in rows]
         else:
             raise DataError(f"{path}: unsupported extension {suffix!r}; use .tsv, .csv (with a header) or .jsonl")
