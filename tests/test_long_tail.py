@@ -86,6 +86,9 @@ CLASSIFY = [
     ("semicolon-csv-read-by-its-header", {"train.csv": "text;label\r\n" + "".join(
         f'"good; film {i}";pos\r\nbad film {i};neg\r\n' for i in range(10)), "val.tsv": VAL, "test.tsv": TEST}, {},
      {"rows": [20, 2, 2], "labels": {"neg": 10, "pos": 10}}),
+    ("excel-sep-line", {"train.csv": "sep=;\r\nreview;label\r\n" + "".join(f"r {i};{('a', 'b')[i % 2]}\r\n" for i in range(10)),
+                        "val.tsv": "review\tlabel\nv\ta\n", "test.tsv": "review\tlabel\nw\tb\n"}, {"text_field": "review"},
+     {"rows": [10, 1, 1], "labels": {"a": 5, "b": 5}, "events": {("skipped", "train_file", "Excel 'sep='"): 1}}),
     ("semicolon-csv-other-names", {"train.csv": "review;sentiment\n" + "".join(f"r{i};pos\n" for i in range(10))}, {},
      r"the header line has no 'text' / 'label' column \(columns: 'review;sentiment'\); set data.text_field"),
     ("jsonl-object-text", {"train.jsonl": json.dumps({"text": {"title": "x", "body": "y" * 500}, "label": 1}) + "\n"}, {},

@@ -287,10 +287,15 @@ def bad_line(fmt: FileFormat, report: DataReport, split: str, path: Path, line: 
     report.note("dropped", split, reason, f"{path.name}:{line}")
 
 
+EXCEL_SEP = re.compile(r"sep=[^\w\s]")
+
+
 def csv_delimiter(text: str, names: tuple[str, ...]) -> str:
     """The delimiter of a .csv file: a comma, or the one of ; | tab that splits its first line into cells naming
     every one of `names` (a spreadsheet's "CSV" in locales whose decimal mark is a comma uses ';')."""
     line = text.split("\n", 1)[0]
+    if EXCEL_SEP.fullmatch(line.strip()):  # Excel's own "sep=;" line: the file says it
+        return line.strip()[4]
     wanted = {x.lower() for x in names}
     for d in (",", ";", "|", "\t"):
         cells = next(csv.reader([line], delimiter=d), [])
@@ -348,6 +353,9 @@ def read_table(path: Path, fmt: FileFormat, split: str, report: DataReport, name
         except csv.Error as e:
             raise DataError(f"{path}:{start}: {e} (a quote opened on line {start} is never closed?); fix the quoting"
                             + (f", or set {fmt.prefix}quoting=none to read quotes as text" if tsv else "")) from e
+    if not tsv and rows and EXCEL_SEP.fullmatch(text.split("\n", 1)[0].strip()):
+        report.note("skipped", split, "Excel 'sep=' lines (the delimiter they name is used)", f"{path.name}:1")
+        rows = rows[1:]
     blank = [n for n, cells in rows if not "".join(cells).strip()]
     for n in blank:
         report.note("skipped", split, "blank lines", f"{path.name}:{n}")
