@@ -183,7 +183,7 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
     text occurs in an earlier split are dropped (reading.drop_overlap). Written once to the cache so every
     run (and the MLM corpus) sees exactly the same split."""
     cache_dir = Path(cache_dir).expanduser()
-    key = hashlib.sha256(f"v2|{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"v3|{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]  # v3: overlap by the model's text
     path = cache_dir / "classification" / key / "split.json"
     if not path.exists():
         report = DataReport("classification")

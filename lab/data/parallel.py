@@ -322,7 +322,7 @@ class ParallelDataModule(L.LightningDataModule):
 
     def _prepared_dir(self) -> Path:
         """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
-        key = (f"v3|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
+        key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
                f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
         return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
