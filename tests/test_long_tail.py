@@ -171,6 +171,12 @@ def test_a_copy_of_a_file_is_reported_under_its_own_name(tmp_path):
         assert event(dm, "changed", "train_file", "labels") == (0, [])
 
 
+def test_a_file_name_with_stray_spaces_is_named(tmp_path):
+    write(tmp_path, {"train.tsv": BASE})
+    message = refused(lambda: LabelledFilesDataModule(f"{tmp_path / 'train.tsv'} ", cache_dir=str(tmp_path / "cache")).setup())
+    assert message.endswith("train.tsv' does: remove the spaces around the name") and "train.tsv ' does not exist" in message
+
+
 def test_a_held_out_link_to_the_training_file_is_refused(tmp_path):
     write(tmp_path, {"train.tsv": BASE})
     (tmp_path / "test.tsv").symlink_to(tmp_path / "train.tsv")

@@ -164,6 +164,9 @@ def check_file(file: str | None, field: str) -> Path:
     if path.is_dir():
         raise DataError(f"{field}={file} is a directory; give a file")
     if not path.is_file():
+        if str(file) != str(file).strip() and Path(str(file).strip()).expanduser().is_file():
+            raise DataError(f"{field}={str(file)!r} does not exist, {str(file).strip()!r} does: remove the spaces around "
+                            "the name")
         raise DataError(f"{field}={file} does not exist; give an existing file")
     if not os.access(path, os.R_OK):
         raise DataError(f"{field}={file} cannot be read (permission denied); make it readable (chmod u+r {file})")
