@@ -224,7 +224,8 @@ def refuse_binary(path: Path | str, data: bytes, utf16_fix: str) -> None:
     utf16_fix: what to do about UTF-16 without a byte order mark, with {codec} (e.g. "set data.encoding={codec}")."""
     for magic, what, fix in MAGIC:
         if re.match(magic, data):
-            plain = Path(path).stem + ".plain" + Path(path).suffix  # written where the user is
+            name = Path(path)  # the text is written where the user is: x.tsv.gz -> x.tsv, x.tsv -> x.plain.tsv
+            plain = name.stem if name.suffix in (".gz", ".bz2", ".xz", ".zst") else name.stem + ".plain" + name.suffix
             raise DataError(f"{path} is a {what} file, not text; {fix.format(path=path, plain=plain)}")
     at = data.find(NUL)
     if at < 0:
