@@ -1,9 +1,12 @@
 """Re-run the test evaluation of a checkpoint (any task): python -m lab.eval ckpt_path=<run dir or .ckpt>"""
 from __future__ import annotations
 
+from pathlib import Path
+
 import hydra
 from omegaconf import DictConfig
 
+from lab.errors import LabError
 from lab.runtime.cli import quiet_warnings, user_errors_exit
 from lab.runtime.help import exit_with_help
 
@@ -19,8 +22,30 @@ def main(cfg: DictConfig) -> None:
     quiet_warnings()
     with open_dict(cfg):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run directory: its best, else last checkpoint
+        if cfg.get("compare_to"):
+            cfg.compare_to = compared_to(str(cfg.compare_to))
+    outputs = cfg.get("outputs_dir")
+    if outputs and Path(str(outputs)).expanduser().exists() and not Path(str(outputs)).expanduser().is_dir():
+        raise LabError(f"outputs_dir={outputs} is a file; give a directory to write test.source / reference / hypothesis into")
     for name, value in sorted(evaluate(cfg).items()):
         print(f"{name}: {value:.4f}")
+
+
+def compared_to(value: str) -> str:
+    """compare_to, checked before the evaluation runs: a run directory -> its checkpoint (as for ckpt_path); a
+    checkpoint or a file of hypotheses must exist."""
+    from lab.runtime.checkpoints import is_sharded_checkpoint, resolve_checkpoint  # noqa: PLC0415
+
+    path = Path(value).expanduser()
+    give = "give a run directory, a checkpoint (.ckpt) or a file with one hypothesis per line in the test split's order"
+    if path.is_dir() and not is_sharded_checkpoint(path):
+        try:
+            return str(resolve_checkpoint(path))
+        except LabError:
+            raise LabError(f"compare_to={value} is a directory without checkpoints; {give}") from None
+    if not path.exists():
+        raise LabError(f"compare_to={value} does not exist; {give}")
+    return value
 
 
 if __name__ == "__main__":

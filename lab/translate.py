@@ -23,13 +23,14 @@ def run(cfg: DictConfig) -> None:
     from lab.data.text import normalize_sentence  # noqa: PLC0415
     from lab.runtime.checkpoints import load_model  # noqa: PLC0415
     from lab.runtime.inference import check_settings, checkpoint_for, pick_device, trained_length, translate_lines  # noqa: PLC0415
-    from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
+    from lab.runtime.inputs import check_output_file, progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
     settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size",
                               "n_best", "no_repeat_ngram")
     if settings["n_best"] is not None and settings["n_best"] > settings["beam_size"]:  # before anything is read
         raise LabError(f"n_best={settings['n_best']} is out of range: beam search keeps beam_size={settings['beam_size']} "
                        "hypotheses; raise beam_size to at least n_best")
+    check_output_file(taken("output_file"), "output_file")  # written at the end: checked before the work
     device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.translate", str(cfg.ckpt_path))
     lines = read_texts(taken("text"), taken("input_file"), "input_file")

@@ -103,8 +103,10 @@ CLASSIFY_CASES = [
     ("utf16-read-when-asked", {"train.tsv": BASE.encode("utf-16"), "val.tsv": VAL.encode("utf-16"),
                                "test.tsv": TEST.encode("utf-16")}, {"encoding": "utf-16"},
      {"rows": [20, 2, 2], "labels": {"neg": 10, "pos": 10}, "bom": True}),
-    ("binary-refused", {"train.tsv": b"PK\x03\x04\x00\x00" + bytes(range(256)) * 4}, {},
-     r"train.tsv holds NUL bytes \(byte offset 4\): a binary file"),
+    ("zip-refused-by-name", {"train.tsv": b"PK\x03\x04\x00\x00" + bytes(range(256)) * 4}, {},
+     r"train.tsv is a zip archive \(or .xlsx / .docx\) file, not text; unzip \S*train.tsv \(or export the sheet as .csv\)"),
+    ("binary-refused", {"train.tsv": b"text\tlabel\x00\x00" + bytes(range(256)) * 4}, {},
+     r"train.tsv holds NUL bytes \(byte offset 10\): a binary file, not text"),
     ("overlap-dropped-from-eval", {"train.tsv": BASE, "val.tsv": VAL + "good film 1\tpos\n",
                                    "test.tsv": TEST + "bad film 2\tneg\nfresh good\tpos\n"}, {},
      {"rows": [20, 2, 2], "events": {("dropped", "val", "also occurs in train"): (1, ["val.tsv:4"]),
@@ -126,8 +128,8 @@ def classify(tmp_path: Path, files: dict, **options):
     names = list(paths)
     val = next((str(p) for n, p in paths.items() if n.startswith("val.")), None)
     test = next((str(p) for n, p in paths.items() if n.startswith("test.")), None)
-    dm = LabelledFilesDataModule(str(paths[names[0]]), val, test, cache_dir=str(tmp_path / "cache"), tokenizer="char",
-                                 max_length=16, batch_size=2, **options)
+    dm = LabelledFilesDataModule(str(paths[names[0]]), val, test, cache_dir=str(tmp_path / "cache"),
+                                 **{"tokenizer": "char", "max_length": 16, "batch_size": 2, **options})
     dm.setup()
     return dm
 
@@ -218,10 +220,10 @@ PARALLEL_CASES = [
 def translate(tmp_path: Path, files: dict, **options):
     paths = write(tmp_path, files)
     named = {f"{n.split('.')[0]}_file": str(p) for n, p in paths.items()}
-    settings = {"valid_size": 1, "test_size": 1, **options}
+    settings = {"valid_size": 1, "test_size": 1, "batch_size": 2, **options}
     dm = ParallelTextDataModule(**{**named, **{k: v for k, v in settings.items() if k.endswith("_file")}},
                                 **{k: v for k, v in settings.items() if not k.endswith("_file")},
-                                cache_dir=str(tmp_path / "cache"), vocab_size=300, batch_size=2, eval_batch_size=2)
+                                cache_dir=str(tmp_path / "cache"), vocab_size=300, eval_batch_size=2)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -406,7 +408,7 @@ def test_the_run_directory_and_the_log_carry_the_data_report(tmp_path):
     assert sum(report["splits"][s]["rows"] for s in ("train", "val", "test")) == 21 - sum(
         e["count"] for e in report["events"] if e["action"] == "dropped" and e["split"] in ("val", "test"))
     assert {(e["action"], e["reason"], e["count"]) for e in report["events"] if e["split"] == "train_file"} >= {
-        ("dropped", "rows with the wrong number of columns", 1), ("changed", "labels normalised (whitespace stripped, numbers as 1 / 0.5)", 1)}
+        ("dropped", "rows with the wrong number of columns", 1), ("changed", "labels normalised (Unicode NFC, whitespace, numbers as 1 / 0.5)", 1)}
     log = (run / "train.log").read_text()
     assert "data: dropped in train_file: 1 rows with the wrong number of columns (first: train.tsv:23)" in log
     assert "data_report" in (run / "csv" / "hparams.yaml").read_text()

@@ -20,6 +20,7 @@ from lab.data.reading import (
     DataReport,
     FileFormat,
     bad_line,
+    check_distinct,
     check_file,
     drop_overlap,
     label_counts,
@@ -32,7 +33,7 @@ from lab.data.reading import (
 from lab.data.sources import PyPISdist, extract_once
 from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
-from lab.errors import DataError, UnsafeFileError
+from lab.errors import DataError, UnsafeFileError, excerpt, excerpts
 
 VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -103,9 +104,15 @@ class LabelledFiles:
         elif suffix in (".tsv", ".csv"):
             head, rows = read_table(path, fmt, field, report, names=fields, header=True)
             missing = [f for f in fields if f not in head]
+            sep = next((d for d in ",;|" if set(fields) <= {c.strip() for c in head[0].split(d)}), None)
+            if missing and suffix == ".tsv" and len(head) == 1 and sep:  # .csv reads , ; | by its header
+                raise DataError(f"{path}: its header line {excerpt(head[0])} is {sep!r}-separated, not tab-separated; "
+                                f"give it a .csv name (mv {path} {path.stem}.csv)")
             if missing:
+                sep = "<TAB>" if suffix == ".tsv" else ","
                 raise DataError(f"{path}: the header line has no {' / '.join(repr(f) for f in missing)} column (columns: "
-                                f"{', '.join(repr(c) for c in head)}); set {self.prefix}text_field / {self.prefix}label_field")
+                                f"{excerpts(head)}); set {self.prefix}text_field / {self.prefix}label_field to its column "
+                                f"names, or add a first line naming the columns ({self.text_field}{sep}{self.label_field})")
             records = [(n, dict(zip(head, cells))) for n, cells in rows]
         else:
             raise DataError(f"{path}: unsupported extension {suffix!r}; use .tsv, .csv (with a header) or .jsonl")
@@ -115,8 +122,15 @@ class LabelledFiles:
             absent = [f for f in fields if f not in r]
             if absent:
                 bad_line(fmt, report, field, path, n, "records without the text or label field",
-                         f"has no {' / '.join(repr(f) for f in absent)} field (fields: {', '.join(map(repr, r))}); "
+                         f"has no {' / '.join(repr(f) for f in absent)} field (fields: {excerpts(r)}); "
                          f"set {self.prefix}text_field / {self.prefix}label_field if they are named otherwise")
+                continue
+            nested = [(f, r[f]) for f in fields if isinstance(r[f], dict | list)]
+            if nested:
+                name, value = nested[0]
+                bad_line(fmt, report, field, path, n, "records whose text or label is a JSON object or list",
+                         f"has a JSON {'object' if isinstance(value, dict) else 'list'} as its {name!r} field "
+                         f"({json.dumps(value, ensure_ascii=False)[:40]}), not text")
                 continue
             text, label = text_of(r[self.text_field]), label_of(r[self.label_field])
             if text is None or not text.strip():
@@ -126,7 +140,7 @@ class LabelledFiles:
                 bad_line(fmt, report, field, path, n, "rows with an empty label", f"has an empty {self.label_field!r} field")
                 continue
             if label != text_of(r[self.label_field]):
-                report.note("changed", field, "labels normalised (whitespace stripped, numbers as 1 / 0.5)", where)
+                report.note("changed", field, "labels normalised (Unicode NFC, whitespace, numbers as 1 / 0.5)", where)
             out.append((text, label, where))
         if not out:
             raise DataError(f"{path}: no usable rows are left ({report.summary('dropped', field)})")
@@ -135,12 +149,14 @@ class LabelledFiles:
 
     @property
     def fingerprint(self) -> str:
-        h = hashlib.sha256(f"{self.text_field}|{self.label_field}|{self.format.key}".encode())
+        """The files' names as given (the cached report names the user's files, not a copy's) and bytes."""
+        h = hashlib.sha256(f"v2|{self.text_field}|{self.label_field}|{self.format.key}".encode())
         for name, file in self.files.items():
-            h.update(f"|{name}=".encode() + (check_file(file, self.prefix + FILE_FIELDS[name]).read_bytes() if file else b""))
+            h.update(f"|{name}={file}:".encode() + (check_file(file, self.prefix + FILE_FIELDS[name]).read_bytes() if file else b""))
         return h.hexdigest()[:16]
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Example]]:
+        check_distinct({FILE_FIELDS[k]: f for k, f in self.files.items()}, self.prefix, FILE_FIELDS["all"])
         return {k: self._read(f, k, report) for k, f in self.files.items() if f}
 
 
@@ -167,7 +183,7 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
     text occurs in an earlier split are dropped (reading.drop_overlap). Written once to the cache so every
     run (and the MLM corpus) sees exactly the same split."""
     cache_dir = Path(cache_dir).expanduser()
-    key = hashlib.sha256(f"v2|{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"v3|{source.fingerprint}|{split_seed}|{tuple(fractions)}".encode()).hexdigest()[:16]  # v3: overlap by the model's text
     path = cache_dir / "classification" / key / "split.json"
     if not path.exists():
         report = DataReport("classification")
@@ -180,8 +196,10 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
         cut = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
         for name in SPLITS:
             if not cut[name]:
-                raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10)")
-        splits = drop_overlap(cut, lambda row: row[0], source.eval_overlap, report, getattr(source, "prefix", "data."),
+                prefix = getattr(source, "prefix", "data.")
+                raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10); "
+                                f"give more rows, or {prefix}valid_file / {prefix}test_file")
+        splits = drop_overlap(cut, lambda row: normalize_sentence(row[0]), source.eval_overlap, report, getattr(source, "prefix", "data."),
                               order=SPLITS, where=lambda row: row[2], what="text")
         for name in SPLITS:
             if not splits[name]:
@@ -217,7 +235,7 @@ def tokenizer_from_checkpoint(path: str):
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)  # someone else's file runs no code
     except pickle.UnpicklingError as e:
-        refusal = UnsafeFileError.from_load_error(f"data.tokenizer_from={path}", e)
+        refusal = UnsafeFileError.from_load_error(f"data.tokenizer_from={path}", e, p)
         if refusal is None:
             raise
         raise refusal from None
@@ -270,16 +288,32 @@ class TextClassificationDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         splits, tok, report = self._load()
+        # the model's input is the tokens: texts that differ only where the tokenizer normalises (wordpiece
+        # lowercases and strips accents) are the same input, so held-out copies of that kind go too (said); a
+        # text with unknown tokens keeps its own key (distinct words that are all [UNK] to it are not copies)
+        cut, prefix, unk = splits, getattr(self.source, "prefix", "data."), tok.token_id("[UNK]")
+
+        def key(row: Example):
+            text = normalize_sentence(row[0])
+            ids = tuple(tok.encode(text))
+            return text if unk in ids else ids
+
+        splits = drop_overlap(cut, key, self.source.eval_overlap, report, prefix, order=SPLITS, where=lambda row: row[2],
+                              what="tokens", repeats=False)
+        for name in SPLITS:
+            if not splits[name]:
+                raise DataError(f"nothing is left of the {name} split: all {len(cut[name])} of its rows are, as the "
+                                "tokenizer reads them, rows of an earlier split; give held-out rows that differ")
         self.labels = label_order(y for _, y, _ in splits["train"])
         if len(self.labels) < 2:
-            raise DataError(f"the training data has a single label {self.labels[0]!r} ({len(splits['train'])} rows): a "
+            raise DataError(f"the training data has a single label {excerpt(self.labels[0])} ({len(splits['train'])} rows): a "
                             "classifier needs at least two classes; check data.label_field and the label column")
         index = {y: i for i, y in enumerate(self.labels)}
         for name in SPLITS:
             unknown = [(y, w) for _, y, w in splits[name] if y not in index]
             if unknown:
-                raise DataError(f"the {name} split has label(s) {label_order(y for y, _ in unknown)} that never occur in "
-                                f"the training data (first at {unknown[0][1]})")
+                raise DataError(f"the {name} split has label(s) {excerpt(', '.join(label_order(y for y, _ in unknown)))} that never occur in "
+                                f"the training data (first at {unknown[0][1]}); fix those labels, or give training rows with them")
             ids = [encode_sentence(tok, t, self.max_length) for t, _, _ in splits[name]]
             for (t, _, where), x in zip(splits[name], ids):  # only a full-length one can have been cut
                 if len(x) == self.max_length and len(tok.encode(t)) > self.max_length - 2:
@@ -287,6 +321,10 @@ class TextClassificationDataModule(L.LightningDataModule):
             self.encoded[name] = (ids, [index[y] for _, y, _ in splits[name]])
             report.split(name, rows=len(ids), characters=sum(len(t) for t, _, _ in splits[name]),
                          labels=label_counts(y for _, y, _ in splits[name]))
+        rows = len(splits["train"])
+        if self.batch_size > rows:
+            report.note("changed", "train", f"batch size: data.batch_size={self.batch_size} is more than the {rows:,} "
+                        f"training rows; each step takes all {rows:,}")
         self.tokenizer, self.pad_id = tok, tok.token_id("[PAD]")
         self.report = report.to_dict()
         report.log()

@@ -6,12 +6,11 @@ unseen text rather than memorised neighbours.
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.data.reading import DataReport, FileFormat, decode, drop_overlap
+from lab.data.reading import DataReport, FileFormat, decode, drop_overlap, expand_files
 from lab.data.sources import PyPISdist
 from lab.data.text import normalize_document
 from lab.errors import DataError
@@ -69,22 +68,9 @@ class TextFiles:
         self.val_fraction = val_fraction
         self.format = FileFormat(encoding, encoding_errors, eval_overlap=eval_overlap, prefix="data.corpus.")
 
-    @staticmethod
-    def _expand(patterns: list[str], field: str) -> list[Path]:
-        paths = []
-        for pattern in patterns:
-            matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True))
-            if not matches:
-                raise DataError(f"data.corpus.{field}: no file matches {pattern!r}; give existing .txt paths or globs")
-            dirs = [m for m in matches if Path(m).is_dir()]
-            if dirs:
-                raise DataError(f"data.corpus.{field}: {dirs[0]} is a directory; give files or a glob such as '{dirs[0]}/*.txt'")
-            paths += [Path(m) for m in matches]
-        return paths
-
     def _read(self, patterns: list[str], field: str, report: DataReport) -> list[tuple[str, str]]:
         docs = []
-        for p in self._expand(patterns, field):
+        for p in expand_files(patterns, f"data.corpus.{field}", report, field):  # each file once, said
             text = read_text(p, self.format, field, report)
             if text.strip():
                 docs.append((str(p), text))

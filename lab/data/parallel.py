@@ -27,6 +27,7 @@ from lab.data.reading import (
     DataReport,
     FileFormat,
     bad_line,
+    check_distinct,
     check_file,
     drop_overlap,
     read_jsonl,
@@ -36,7 +37,7 @@ from lab.data.reading import (
 from lab.data.sources import DebianPackage, sha256_of
 from lab.data.text import normalize_sentence
 from lab.data.tokenizers import load_or_train
-from lab.errors import DataError
+from lab.errors import DataError, excerpts
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"  # ids 0, 1, 2: the tokenizer adds specials first, in this order
 SPECIALS = [PAD, BOS, EOS]
@@ -125,7 +126,7 @@ class ParallelFiles:
                 absent = [f for f in self.fields if f not in obj]
                 if absent:
                     bad_line(fmt, report, field, path, n, "lines without the source or target field",
-                             f"has no fields {' / '.join(map(repr, absent))} (fields: {', '.join(map(repr, obj))}); set "
+                             f"has no fields {' / '.join(map(repr, absent))} (fields: {excerpts(obj)}); set "
                              f"{self.prefix}source_field / target_field if they are named otherwise")
                     continue
                 records.append((n, [obj[f] for f in self.fields]))
@@ -145,7 +146,7 @@ class ParallelFiles:
             if s is None or t is None or not s.strip() or not t.strip():
                 side = "source" if s is None or not s.strip() else "target"
                 bad_line(fmt, report, field, path, n, "pairs with an empty or non-text side",
-                         f"has an empty or non-text {side} ({json.dumps(source if side == 'source' else target)[:40]})")
+                         f"has an empty or non-text {side} ({json.dumps(source if side == 'source' else target, ensure_ascii=False)[:40]})")
                 continue
             pairs.append((s.strip(), t.strip(), f"{path.name}:{n}"))
         if not pairs:
@@ -154,16 +155,18 @@ class ParallelFiles:
         return pairs
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
+        check_distinct({f"{k}_file": f for k, f in self.files.items()}, self.prefix, "train_file")
         return {split: self._read(f, split, report) for split, f in self.files.items() if f}
 
     def fingerprint(self) -> str:
-        """What the pairs depend on, known without reading them into memory: each file's name and bytes (sha256,
-        streamed) and the reading options. A missing file is the same error as when reading."""
+        """What the pairs depend on, known without reading them into memory: each file's name as given (the cached
+        report names the user's files) and bytes (sha256, streamed) and the reading options. A missing file is the
+        same error as when reading."""
         parts = [self.name, self.format.key, repr(self.columns), repr(self.fields)]
         for split, file in self.files.items():
             if file:
                 path = check_file(file, f"{self.prefix}{split}_file")
-                parts.append(f"{split}:{path.name}:{sha256_of(path)}")
+                parts.append(f"{split}:{file}:{sha256_of(path)}")
         return "|".join(parts)
 
 
@@ -309,7 +312,7 @@ class ParallelDataModule(L.LightningDataModule):
         splits["train"] = [p for i, p in enumerate(train) if i not in held]
         if self.reverse:
             splits = {k: [(t, s, w) for s, t, w in v] for k, v in splits.items()}
-        kept = drop_overlap(splits, lambda p: p[0], self.eval_overlap, report, order=("train", "valid", "test"),
+        kept = drop_overlap(splits, lambda p: normalize_sentence(p[0]), self.eval_overlap, report, order=("train", "valid", "test"),
                             where=lambda p: p[2], unit="pair", what="source")
         for split in ("valid", "test"):
             if not kept[split]:
@@ -319,7 +322,7 @@ class ParallelDataModule(L.LightningDataModule):
 
     def _prepared_dir(self) -> Path:
         """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
-        key = (f"v3|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
+        key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
                f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
         return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
@@ -362,6 +365,10 @@ class ParallelDataModule(L.LightningDataModule):
                          for split in ("train", "valid", "test")}
         self.dropped_long = meta["splits"]["train"]["dropped_long"]
         report = DataReport.from_dict(json.loads((out / "report.json").read_text(encoding="utf-8")))
+        pairs = len(self.datasets["train"])
+        if self.batch_tokens is None and self.batch_size > pairs:
+            report.note("changed", "train", f"batch size: data.batch_size={self.batch_size} is more than the {pairs:,} "
+                        f"training pairs; each step takes all {pairs:,}")
         self.report = report.to_dict()
         report.log()
 

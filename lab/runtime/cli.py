@@ -56,6 +56,7 @@ def user_errors_exit(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         _Task.started = True  # until it returns, errors are the task's own (not Hydra's parsing/composition)
+        quiet_warnings()
         try:
             return fn(*args, **kwargs)
         except Exception as e:
@@ -105,8 +106,8 @@ def _known_keys(path: list[str]) -> set[str]:
             node = node.get(part) if OmegaConf.is_dict(node) else None
         if OmegaConf.is_dict(node):
             keys |= {str(k) for k in node if k != "defaults"}
-    if len(path) == 1 and (conf / path[0]).is_dir():
-        keys |= {p.stem for p in conf.glob("*") if p.is_dir()}
+    if len(path) == 1 and (conf / path[0]).is_dir():  # nested groups: task/scheduler is the key task.scheduler
+        keys |= {p.name for p in (conf / path[0]).iterdir() if p.is_dir()}
     return keys
 
 
@@ -144,11 +145,18 @@ def hydra_error_line(e: BaseException) -> str | None:
             parent, _, leaf = key.rpartition(".")
             prefix = f"{parent}." if parent else ""
             hint = did_you_mean(leaf, {prefix + k for k in _known_keys(parent.split(".") if parent else [])}, prefix)
+            elsewhere = None if hint else key_named(key, Path(sys.argv[0]).stem)  # e.g. max_steps: trainer.max_steps
+            if elsewhere:
+                value = append.group(1).partition("=")[2] if append else "<value>"
+                return f"{key} is not a config key; did you mean {elsewhere}={value}?"
             if hint:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
         cause = e.__cause__
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
+    if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
+        return (f"cannot create the run directory {e.filename} ({e.strerror}); set paths.runs_dir=<a directory you "
+                "can write>")
     if isinstance(e, OmegaConfBaseException):  # e.g. the run directory's ${name} pointing at a missing key
         key = getattr(e, "full_key", None) or "a config value"
         return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
@@ -177,23 +185,95 @@ def _translating_run_and_report(original):
     return run_and_report
 
 
+def _config_keys(entry_point: str) -> dict[str, set[str]]:
+    """{last part of a key: the dotted keys ending in it} over the conf/ tree an entry point composes from: the
+    groups, the experiments and presets, and its own primary config (and inference.yaml, which they share)."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    out: dict[str, set[str]] = {}
+
+    def add(node, prefix: str) -> None:
+        for k, v in node.items() if isinstance(node, dict) else ():
+            if k in ("defaults", "hydra") or str(k).startswith("_"):
+                continue
+            out.setdefault(str(k), set()).add(prefix + str(k))
+            add(v, f"{prefix}{k}.")
+
+    own = {entry_point} | ({"inference"} if entry_point != "train" else set())
+    for file in conf.rglob("*.yaml"):
+        group = file.parent.relative_to(conf).parts
+        if (file.stem not in own) if not group else entry_point != "train":  # inference: no groups
+            continue
+        try:
+            node = OmegaConf.to_container(OmegaConf.load(file), resolve=False)  # ??? and ${..} as written
+        except Exception:
+            continue
+        is_global = group[:1] in (("experiment",), ("debug",), ("hparams_search",)) or "@package _global_" in file.read_text()
+        add(node, "" if is_global or not group else ".".join(group) + ".")
+    return out
+
+
+def dashed_argument_line(message: str, entry_point: str) -> str:
+    """argparse's complaint about the command line (e.g. `--max_steps=20`) as one line naming the override."""
+    found = re.search(r"unrecognized arguments: (.*)", message)
+    if not found:
+        return f"{message}; settings are key=value overrides (see --help)"
+    arg = found.group(1).split()[0]
+    key, _, value = arg.lstrip("-").partition("=")
+    named = key_named(key, entry_point)
+    if not named:
+        return f"{arg} is not an option, and {key} is not a setting of lab.{entry_point}; see python -m lab.{entry_point} --help"
+    return f"{arg} is not an option: settings are key=value overrides without dashes; give {named}={value or '<value>'}"
+
+
+def key_named(key: str, entry_point: str) -> str | None:
+    """The config key a user most likely meant by `key` (a leaf such as max_steps, or a near spelling of one):
+    the shortest full key ending in it, preferring those under key's own parent; None when nothing is close."""
+    import difflib  # noqa: PLC0415
+
+    keys = _config_keys(entry_point)
+    parent, _, leaf = key.rpartition(".")
+    if leaf not in keys:
+        close = difflib.get_close_matches(leaf, sorted(keys), n=1, cutoff=0.75)
+        leaf = close[0] if close else leaf
+    matches = sorted(keys.get(leaf, set()), key=lambda k: (not k.startswith(parent), k.count("."), k))
+    return matches[0] if matches and matches[0] != key else None
+
+
 def _install_hydra_translation() -> None:
     import hydra._internal.utils as hydra_utils  # noqa: PLC0415 - the function hydra.main reports errors with
 
     if not getattr(hydra_utils.run_and_report, "lab_translates", False):
         hydra_utils.run_and_report = _translating_run_and_report(hydra_utils.run_and_report)
         hydra_utils.run_and_report.lab_translates = True
+    main_module = sys.modules["hydra.main"]  # hydra.main took its own reference to get_args_parser
+    if not getattr(main_module.get_args_parser, "lab_translates", False):
+        original = main_module.get_args_parser
+
+        def get_args_parser():
+            parser = original()
+            entry = Path(sys.argv[0]).stem  # lab/train.py -> train: its primary config's keys
+            parser.error = lambda message: exit_with_error(dashed_argument_line(message, entry), to_log=False)
+            return parser
+
+        get_args_parser.lab_translates = True
+        main_module.get_args_parser = get_args_parser
 
 
 _install_hydra_translation()
 
 
 def user_error_in(e: BaseException | None) -> BaseException | None:
-    """The user error behind e, also when Hydra's instantiate wrapped it in an InstantiationException."""
+    """The user error behind e, also when Hydra's instantiate wrapped it in an InstantiationException; a
+    required value left unset (`???`) that the task reads is one too."""
+    from omegaconf.errors import MissingMandatoryValue  # noqa: PLC0415
+
     seen = set()
     while e is not None and id(e) not in seen:
         if isinstance(e, USER_ERRORS):
             return e
+        if isinstance(e, MissingMandatoryValue):
+            key = getattr(e, "full_key", None) or "a value"
+            return LabError(f"{key} is required but not set; give it on the command line, e.g. {key}=<value>")
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
@@ -206,6 +286,7 @@ def quiet_warnings() -> None:
         ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
         ".*The number of training batches.*is smaller than the logging interval.*",
         ".*Checkpoint directory .* exists and is not empty.*",
+        ".*Detected pickle protocol .* in the checkpoint.*",  # a file that is no lab checkpoint: its error says so
     ):
         warnings.filterwarnings("ignore", message=pattern)
 

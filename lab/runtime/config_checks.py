@@ -171,6 +171,21 @@ def check_values(cfg: DictConfig) -> None:
         raise LabError(f"task.scheduler.min_lr={min_lr} > task.optimizer.lr={lr}: the schedule would raise the "
                        "learning rate; set min_lr below lr")
     check_devices(cfg.get("trainer") or {})
+    check_registered(cfg.get("trainer") or {})
+
+
+def check_registered(trainer) -> None:
+    """trainer.strategy given by name: one Lightning knows (a typo is one line here, not Lightning's error after
+    the data is built)."""
+    from lightning.pytorch.strategies import StrategyRegistry  # noqa: PLC0415
+
+    from lab.runtime.cli import did_you_mean  # noqa: PLC0415
+
+    value, known = trainer.get("strategy", "auto"), {"auto", *StrategyRegistry.available_strategies()}
+    if isinstance(value, str) and value not in known:
+        close = did_you_mean(value, known).removeprefix("; did you mean ").removesuffix("?")
+        raise LabError(f"trainer.strategy={value!r} is not a strategy Lightning knows; "
+                       + (f"did you mean trainer.strategy={close}?" if close else "e.g. auto, ddp, fsdp, deepspeed"))
 
 
 def check_devices(trainer) -> None:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from lab.data.reading import NUL, refuse_binary
 from lab.errors import LabError
 from lab.runtime.cli import user_errors_exit
 
@@ -67,20 +68,39 @@ def read_texts(text: str | None, file: str | None, file_key: str = "file", text_
         return [text]
     if file is not None:
         path = Path(file).expanduser()
+        if path.is_dir():
+            raise LabError(f"{file_key}={path} is a directory; give a UTF-8 text file with one text per line")
         if not path.is_file():
             raise LabError(f"{file_key}={path} does not exist; give a UTF-8 text file with one text per line")
         data, where = path.read_bytes(), f"{file_key}={path}"
+        refuse_binary(path, data, f"convert it: iconv -f {{codec}} -t utf-8 {path} > {path.stem}.utf8.txt")
     else:
         if sys.stdin.isatty():
             print(f"reading texts from stdin, one per line (Ctrl-D ends; or give {text_key}=... / {file_key}=...)",
                   file=sys.stderr)
         data, where = sys.stdin.buffer.read(), "stdin"
+        if NUL in data:
+            raise LabError(f"stdin holds NUL bytes (byte offset {data.index(NUL)}): binary data, not text; pipe text, "
+                           f"one per line (a .gz file: zcat it into the command), or give {file_key}=<path>")
     try:
         return split_lines(data.decode("utf-8-sig"))  # -sig: a byte-order mark is not part of the first text
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise LabError(f"{where} is not UTF-8 (line {line}, byte {e.start}: {e.reason}); convert it, e.g. "
                        "iconv -f latin1 -t utf-8") from e
+
+
+def check_output_file(file: str | None, key: str) -> None:
+    """A file the command writes when its work is done, checked before the work: a file name in a directory
+    that exists (not a directory itself)."""
+    if file is None:
+        return
+    path = Path(file).expanduser()
+    if path.is_dir():
+        raise LabError(f"{key}={file} is a directory; give a file name to write, e.g. {key}={path / 'out.txt'}")
+    if not path.parent.is_dir():
+        raise LabError(f"{key}={file}: its directory does not exist; create it (mkdir -p {path.parent}) or give "
+                       "another path")
 
 
 def warn(message: str) -> None:

@@ -56,7 +56,8 @@ class LanguageModelTask(Task):
     def log_samples(self) -> None:
         tok = self.trainer.datamodule.tokenizer
         settings = {k: v for k, v in self.samples.items() if k != "prompts"}
-        rows = [[p, tok.decode(self.sample(tok.encode(p), **settings))] for p in self.samples.get("prompts", ["\n"])]
+        eos = [self.trainer.datamodule.vocab["eos_id"]]  # a prompt of characters the corpus lacks: a document start
+        rows = [[p, tok.decode(self.sample(tok.encode(p) or eos, **settings))] for p in self.samples.get("prompts", ["\n"])]
         self.log_examples("samples", ["prompt", "text"], rows)
         self.samples_step = self.global_step  # lab.train logs final samples only if none were logged at this step
 
