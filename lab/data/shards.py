@@ -33,7 +33,7 @@ from torch.utils.data import Dataset
 from lab.data.cache import publish_dir
 from lab.data.corpora import FilePlan
 from lab.data.reading import DataReport, drop_overlap
-from lab.data.stream import CHUNK, Stat, safe_cuts, stream_text
+from lab.data.stream import Stat, safe_cuts, stream_text
 from lab.data.text import normalize_document
 from lab.errors import DataError
 
@@ -50,7 +50,7 @@ def dtype_for(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-def tokenizer_sample(files: list[FilePlan], budget: int | None, chunk: int = CHUNK) -> Iterator[str]:
+def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]:
     """The text a BPE / WordPiece tokenizer is trained on: the first budget / len(train files) bytes of every
     file's training part (all of it when budget is None or the training text is smaller), in file order, cut
     at safe places. Deterministic, so the tokenizer of a corpus is the same on every machine."""
@@ -61,7 +61,7 @@ def tokenizer_sample(files: list[FilePlan], budget: int | None, chunk: int = CHU
         if share is not None:
             end = share if end is None else min(end, share)
         carry = ""
-        for part, text in stream_text(f.path, f.fmt, f.field, DataReport(), (end,) if end is not None else (), chunk):
+        for part, text in stream_text(f.path, f.fmt, f.field, DataReport(), (end,) if end is not None else ()):
             if part:
                 break
             pieces, carry = safe_cuts(carry + text, PIECE)
@@ -87,6 +87,11 @@ class Progress:
             log.info("data: prepared %.1f of %.1f MB (%.0f%%), %.1f MB/s, %s tokens, ETA %s", self.done / 1e6,
                      self.total / 1e6, 100 * self.done / max(self.total, 1), rate / 1e6, f"{self.tokens:,}",
                      time.strftime("%H:%M:%S", time.gmtime(eta)) if eta < 1e6 else "?")
+
+    def finish(self) -> None:
+        seconds = time.monotonic() - self.start
+        log.info("data: prepared %.1f MB into %s tokens in %.1f s (%.1f MB/s)", self.done / 1e6, f"{self.tokens:,}",
+                 seconds, self.done / 1e6 / max(seconds, 1e-9))
 
 
 class Encoder:
@@ -217,6 +222,7 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
             done = build / "done" / f".{i:05d}.json.tmp"
             done.write_text(json.dumps(records[i]))
             done.rename(build / "done" / f"{i:05d}.json")
+        progress.finish()
         manifest = _manifest(files, [records[i] for i in range(len(files))], tok.vocab_size, dtype, settings)
         shutil.rmtree(build / "done")
         (build / MANIFEST).write_text(json.dumps(manifest, indent=1))

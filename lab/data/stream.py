@@ -15,6 +15,7 @@ import codecs
 import gzip
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from lab.errors import DataError
 CHUNK = 8 << 20  # bytes read (and decoded) at a time
 CONTROL = "\0\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x7f"
 WHITESPACE = " \n\t"  # where safe cuts are looked for (any whitespace is safe; these are where text has it)
+BOUNDARY = re.compile(r"\S\s")
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def open_bytes(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
 
 
 def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cuts: tuple[int, ...] = (),
-                chunk: int = CHUNK) -> Iterator[tuple[int, str]]:
+                chunk: int | None = None) -> Iterator[tuple[int, str]]:
     """-> (part, text) in file order; part i is the text of the raw file's bytes [cuts[i-1], cuts[i]) (of a
     compressed file: where its compressed position crosses the cut, to the chunk). Facts and events go to
     report as decode() puts them."""
@@ -121,6 +123,7 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
         chars += len(text)
         return text
 
+    chunk = chunk or CHUNK
     with open_bytes(path) as (f, raw):
         while data := f.read(chunk):
             if fed == 0:
@@ -159,17 +162,18 @@ def safe_cuts(text: str, size: int) -> tuple[list[str], str]:
     ids can differ from the whole's)."""
     pieces, start = [], 0
     while len(text) - start > size:
-        end = boundary(text, start + size // 2, start + size)
-        if end is None:
-            if len(text) - start <= 4 * size:
-                break
-            end = start + size
+        end = last_boundary(text, start, start + size)
+        if end is None:  # a long word: cut after it
+            m = BOUNDARY.search(text, start + size, start + 4 * size)
+            if m is None and len(text) - start <= 4 * size:
+                break  # it may end in the next chunk
+            end = m.start() + 1 if m else start + size
         pieces.append(text[start:end])
         start = end
     return pieces, text[start:]
 
 
-def boundary(text: str, lo: int, hi: int) -> int | None:
+def last_boundary(text: str, lo: int, hi: int) -> int | None:
     """The last i in (lo, hi] with text[i - 1] not whitespace and text[i] whitespace, or None."""
     i = max(text.rfind(c, lo, hi + 1) for c in WHITESPACE)
     while i > lo and text[i - 1].isspace():
