@@ -190,8 +190,9 @@ def test_sharded_tokens_slice_across_shards_like_one_array(tmp_path):
         p.astype(np.uint16).tofile(tmp_path / f"s{i}.bin")
     view, whole = ShardedTokens(tmp_path, ["s0.bin", "s1.bin", "s2.bin"], "uint16"), np.arange(20)
     assert len(view) == 20
-    for lo, hi in [(0, 20), (3, 7), (4, 6), (5, 6), (6, 19), (0, 1), (19, 20)]:
+    for lo, hi in [(0, 20), (3, 7), (4, 6), (5, 6), (6, 19), (0, 1), (19, 20), (7, 7)]:
         assert np.array_equal(view[lo:hi], whole[lo:hi]), (lo, hi)
+    assert [int(view[i]) for i in (0, 5, 6, 19, -1)] == [0, 5, 6, 19, 19] and np.array_equal(np.asarray(view), whole)
 
 
 @pytest.mark.parametrize("n, block, stride", [(101, 16, 8), (17, 16, 8), (100, 16, 5), (64, 8, 8), (50, 10, 1)])

@@ -262,20 +262,25 @@ class ShardedTokens:
     """The shards of one split as one read-only token sequence (memory-mapped: the OS pages in what is read)."""
 
     def __init__(self, directory: Path, shards: list[str], dtype: str):
-        self.maps = [np.memmap(directory / s, dtype=dtype, mode="r") for s in shards]
+        self.maps, self.dtype = [np.memmap(directory / s, dtype=dtype, mode="r") for s in shards], np.dtype(dtype)
         self.starts = np.cumsum([0] + [len(m) for m in self.maps])  # starts[k]: the first index of shard k
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def __getitem__(self, s: slice) -> np.ndarray:
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:  # np.asarray(view): the whole split, in memory
+        return self[0 : len(self)].astype(dtype or self.dtype)
+
+    def __getitem__(self, s: slice | int) -> np.ndarray:
+        if isinstance(s, int | np.integer):
+            return self[s : s + 1][0] if s >= 0 else self[len(self) + s]
         lo, hi, _ = s.indices(len(self))
         out, k = [], int(np.searchsorted(self.starts, lo, side="right")) - 1
         while lo < hi:
             take = min(hi, int(self.starts[k + 1])) - lo
             out.append(self.maps[k][lo - self.starts[k] : lo - self.starts[k] + take])
             lo, k = lo + take, k + 1
-        return np.concatenate(out) if len(out) != 1 else np.asarray(out[0])
+        return np.concatenate(out) if len(out) > 1 else np.asarray(out[0]) if out else np.empty(0, self.dtype)
 
 
 class FullPassWindows(Dataset):
