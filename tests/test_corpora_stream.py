@@ -251,3 +251,30 @@ def test_stream_reports_a_bad_byte_at_its_offset_in_any_chunk(tmp_path):
     for chunk in (7, 64, 4096):
         with pytest.raises(DataError, match="not valid utf-8 at byte offset 600 "):
             list(stream.stream_text(tmp_path / "a.txt", FileFormat(), "train", DataReport(), (), chunk))
+
+
+def test_task_test_loss_is_the_mean_over_every_scored_token():
+    """The task weights each batch by its scored targets: its test loss is the plain mean of the per-token
+    losses (computed here one window at a time), though windows score 8, 3 or fewer targets each."""
+    import functools
+
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from lab.models.gpt import GPT
+    from lab.tasks.language_model import LanguageModelTask
+
+    torch.manual_seed(0)
+    model = GPT(vocab_size=20, d_model=16, n_layers=1, n_heads=2, max_seq_len=8).eval()
+    task = LanguageModelTask(model, functools.partial(torch.optim.AdamW))
+    windows = FullPassWindows(np.random.default_rng(0).integers(0, 20, 50).astype(np.uint16), 8, 3)
+    with torch.no_grad():
+        for i, batch in enumerate(DataLoader(windows, batch_size=2)):
+            task.validation_step(batch, i)
+        losses = []
+        for k in range(len(windows)):
+            x, y = windows[k]
+            nll = F.cross_entropy(model(x[None])[0], y.clamp(min=0), reduction="none")
+            losses += nll[y != FullPassWindows.IGNORE].tolist()
+    assert len(losses) == 49
+    assert float(task.val_loss.compute()) == pytest.approx(sum(losses) / len(losses), rel=1e-5)

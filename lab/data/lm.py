@@ -125,9 +125,13 @@ class LMDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         tokens = {s: ShardedTokens(out, f["shards"], self.meta["dtype"]) for s, f in splits.items()}
         self.train_tokens, self.val_tokens = tokens["train"], tokens["val"]
-        self.test_split = "test" if "test" in tokens else "val"
-        self.test_tokens = tokens[self.test_split]
+        self._tokens = tokens
+        self.use_for_test("test" if "test" in tokens else "val")
         self._dir = out
+
+    def use_for_test(self, split: str) -> None:
+        """The split the test pass scores (lab.eval split=valid: the validation text, every token once)."""
+        self.test_split, self.test_tokens = split, self._tokens[split]
 
     @property
     def vocab(self) -> dict[str, int]:
