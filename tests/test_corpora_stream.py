@@ -75,21 +75,27 @@ def test_every_character_lands_in_exactly_one_split_in_order(tmp_path, monkeypat
         assert [int(t[len(t) - 1 : len(t)][0]) for t in (dm.train_tokens, dm.val_tokens, dm.test_tokens)] == [eos] * 3
 
 
-def test_gzip_file_gives_the_plain_files_tokens(tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", ["gz", "zst"])
+def test_compressed_file_gives_the_plain_files_tokens(tmp_path, monkeypatch, suffix):
     small_chunks(monkeypatch, 1000)
     (tmp_path / "plain").mkdir()
     (tmp_path / "gz").mkdir()
     (tmp_path / "plain" / "a.txt").write_text(TEXT)
     (tmp_path / "v.txt").write_text(TEXT[:2000].upper())
-    with gzip.open(tmp_path / "gz" / "a.txt.gz", "wt") as f:
-        f.write(TEXT)
+    packed_path = tmp_path / "gz" / f"a.txt.{suffix}"
+    if suffix == "gz":
+        with gzip.open(packed_path, "wt") as f:
+            f.write(TEXT)
+    else:
+        zstandard = pytest.importorskip("zstandard")  # the lab[zstd] extra
+        packed_path.write_bytes(zstandard.ZstdCompressor().compress(TEXT.encode()))
     val = [str(tmp_path / "v.txt")]
     plain = datamodule(tmp_path / "p", [str(tmp_path / "plain" / "a.txt")], "char", val_files=val)
-    packed = datamodule(tmp_path / "z", [str(tmp_path / "gz" / "a.txt.gz")], "char", val_files=val)
+    packed = datamodule(tmp_path / "z", [str(packed_path)], "char", val_files=val)
     plain.setup()
     packed.setup()
     assert np.array_equal(plain.train_tokens[0 : len(plain.train_tokens)], packed.train_tokens[0 : len(packed.train_tokens)])
-    same = datamodule(tmp_path / "s", [str(tmp_path / "gz" / "a.txt.gz")], "char", val_files=[str(tmp_path / "plain" / "a.txt")])
+    same = datamodule(tmp_path / "s", [str(packed_path)], "char", val_files=[str(tmp_path / "plain" / "a.txt")])
     with pytest.raises(DataError, match="nothing is left for validation"):  # the same text, compressed or not
         same.setup()
 
