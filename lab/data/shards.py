@@ -71,10 +71,10 @@ def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]
 
 
 class Progress:
-    """One log line every `every` seconds: MB read of the total, MB/s, tokens, ETA."""
+    """One log line every `every` seconds: MB read of the files' total size, MB/s, tokens, ETA."""
 
     def __init__(self, total_bytes: int, every: float = 10.0):
-        self.total, self.every, self.done, self.tokens = total_bytes, every, 0, 0
+        self.total, self.every, self.done, self.files_done, self.tokens = total_bytes, every, 0, 0, 0
         self.start = self.last = time.monotonic()
 
     def add(self, nbytes: int, tokens: int) -> None:
@@ -87,6 +87,11 @@ class Progress:
             log.info("data: prepared %.1f of %.1f MB (%.0f%%), %.1f MB/s, %s tokens, ETA %s", self.done / 1e6,
                      self.total / 1e6, 100 * self.done / max(self.total, 1), rate / 1e6, f"{self.tokens:,}",
                      time.strftime("%H:%M:%S", time.gmtime(eta)) if eta < 1e6 else "?")
+
+    def file_done(self, size: int) -> None:
+        """Within a file progress counts characters read; a finished file counts its bytes on disk (compressed)."""
+        self.files_done += size
+        self.done = self.files_done
 
     def finish(self) -> None:
         seconds = time.monotonic() - self.start
@@ -219,6 +224,7 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
         progress = Progress(sum(Stat.of(files[i].path).size for i in todo))
         for i in todo:
             records[i] = _prepare_file(i, files[i], encode, eos, build, progress)
+            progress.file_done(Stat.of(files[i].path).size)
             done = build / "done" / f".{i:05d}.json.tmp"
             done.write_text(json.dumps(records[i]))
             done.rename(build / "done" / f"{i:05d}.json")

@@ -125,7 +125,10 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
 
     chunk = chunk or CHUNK
     with open_bytes(path) as (f, raw):
-        while data := f.read(chunk):
+        # a plain file is read up to the size it had when opened: one that grows while read ends, then is refused
+        left = os.fstat(raw.fileno()).st_size if f is raw else None
+        while data := f.read(chunk if left is None else min(chunk, left)):
+            left = None if left is None else left - len(data)
             if fed == 0:
                 bom16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))  # (and UTF-32-LE's)
                 if bom16 and not wide:
