@@ -101,6 +101,7 @@ class Shakespeare:
         report, fmt = DataReport("lm"), FileFormat(prefix="data.corpus.")
         docs = lambda ns, split: [(n, read_text(names[n], fmt, split, report)) for n in ns]  # noqa: E731
         key = f"{SHAKESPEARE.name}|val={','.join(self.val_works)}|max={self.max_works}"
+        key += f"|test={','.join(self.test_works)}" if self.test_works else ""  # (not in training: another corpus)
         return Documents(docs(train_names, "train"), docs(self.val_works, "val"), hashlib.sha256(key.encode()).hexdigest()[:16], report)
 
 
