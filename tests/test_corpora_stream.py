@@ -284,3 +284,19 @@ def test_task_test_loss_is_the_mean_over_every_scored_token():
             losses += nll[y != FullPassWindows.IGNORE].tolist()
     assert len(losses) == 49
     assert float(task.val_loss.compute()) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+
+
+def test_prepare_cli_prepares_once_and_a_too_small_corpus_is_one_error_line(tmp_path):
+    from conftest import run_module
+
+    (tmp_path / "a.txt").write_text(TEXT)
+    (tmp_path / "tiny.txt").write_text("to be\n" * 20)
+    args = ["+experiment=gpt_nano_char", "data=text_files", f"paths.cache_dir={tmp_path}/cache"]
+    out = run_module("lab.prepare", [*args, f"data.corpus.train_files=[{tmp_path}/a.txt]"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    prepared = Path(out.stdout.split("prepared LMDataModule in ")[1].split(";")[0])
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert set(manifest["splits"]) == {"train", "val", "test"} and prepared.parent == tmp_path / "cache" / "lm"
+    bad = run_module("lab.prepare", [*args, f"data.corpus.train_files=[{tmp_path}/tiny.txt]"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "Traceback" not in bad.stderr
+    assert "the val split" in bad.stderr and "too few for windows of data.block_size=64" in bad.stderr
