@@ -137,7 +137,7 @@ def test_a_prepared_corpus_is_found_by_file_stats_without_reading(tmp_path, monk
     def no_reading(*args, **kwargs):
         raise AssertionError("a cached corpus was read again")
 
-    monkeypatch.setattr(shards, "stream_text", no_reading)
+    monkeypatch.setattr(stream, "stream_text", no_reading)
     monkeypatch.setattr(shards, "tokenizer_sample", no_reading)
     datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").setup()  # found by name, size and mtime
     os.utime(tmp_path / "a.txt", ns=(0, 0))  # another modification time: another corpus as far as the key goes
@@ -156,7 +156,7 @@ def test_a_file_that_changes_while_prepared_is_refused_and_nothing_published(tmp
                     f.write("more\n")
             yield item
 
-    monkeypatch.setattr(shards, "stream_text", appending)
+    monkeypatch.setattr(stream, "stream_text", appending)
     monkeypatch.setattr(stream, "CHUNK", 1000)
     dm = datamodule(tmp_path, [str(tmp_path / "a.txt")], "char")
     with pytest.raises(DataError, match=r"a.txt changed while it was being prepared"):
@@ -300,3 +300,22 @@ def test_prepare_cli_prepares_once_and_a_too_small_corpus_is_one_error_line(tmp_
     bad = run_module("lab.prepare", [*args, f"data.corpus.train_files=[{tmp_path}/tiny.txt]"], tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "Traceback" not in bad.stderr
     assert "the val split" in bad.stderr and "too few for windows of data.block_size=64" in bad.stderr
+
+
+def test_jsonl_records_are_documents_and_bad_lines_are_named_or_counted(tmp_path, monkeypatch):
+    small_chunks(monkeypatch, 50)
+    records = [f"record {i}: " + "text " * (i % 9) + "\u00e9" for i in range(40)]
+    lines = [json.dumps({"text": r, "id": i}) for i, r in enumerate(records)]
+    lines[7:7] = ["", '{"title": "no text field"}']  # a blank line (no record) and a bad one: file line 9
+    (tmp_path / "a.jsonl").write_text("\n".join(lines))  # no final newline: the last record still counts
+    (tmp_path / "v.jsonl").write_text(json.dumps({"text": "held out " * 10}) + "\n")
+    corpus = dict(val_files=[str(tmp_path / "v.jsonl")])
+    with pytest.raises(DataError, match=r"a.jsonl:9: not a JSON object with a string field 'text'.*bad_lines=skip"):
+        datamodule(tmp_path / "strict", [str(tmp_path / "a.jsonl")], "char", **corpus).setup()
+    dm = datamodule(tmp_path / "skip", [str(tmp_path / "a.jsonl")], "char", bad_lines="skip", **corpus)
+    dm.setup()
+    eos = dm.vocab["eos_id"]
+    expected = [i for r in records for i in [*dm.tokenizer.encode(r), eos]]
+    assert np.asarray(dm.train_tokens).tolist() == expected  # each record one document, in order
+    assert dm.report["manifest"]["train"]["documents"] == 40
+    assert [(e["count"], e["first"]) for e in dm.report["events"] if e["action"] == "dropped"] == [(1, ["a.jsonl:9"])]

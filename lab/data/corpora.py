@@ -45,6 +45,7 @@ class FilePlan:
     cuts: tuple[int, ...]
     field: str
     fmt: FileFormat
+    text_field: str | None = None  # a JSON-lines file: each record's document is this field; None: plain text
 
 
 def stat_key(files: list[FilePlan], verify: str) -> str:
@@ -55,7 +56,7 @@ def stat_key(files: list[FilePlan], verify: str) -> str:
     h = hashlib.sha256()
     for f in files:
         ident = content_hash(f.path) if verify == "content" else Stat.of(f.path)
-        h.update(f"{ident}|{f.name}|{f.splits}|{f.cuts}|{f.fmt.key}\0".encode())
+        h.update(f"{ident}|{f.name}|{f.splits}|{f.cuts}|{f.fmt.key}|{f.text_field}\0".encode())
     return h.hexdigest()[:16]
 
 
@@ -106,7 +107,8 @@ class Shakespeare:
 
 
 class TextFiles:
-    """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read).
+    """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read;
+    .jsonl: each line a JSON object whose `text_field` is a document, in the LM's streamed path).
     Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
     streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
     test split). Read strictly as `encoding` (lab.data.reading.decode); empty files are skipped, an evaluation
@@ -114,11 +116,14 @@ class TextFiles:
 
     def __init__(self, train_files: list[str] | str, val_files: list[str] | str | None = None, val_fraction: float = 0.1,
                  encoding: str = "utf-8", encoding_errors: str = "strict", eval_overlap: str = "drop",
-                 test_files: list[str] | str | None = None, test_fraction: float = 0.0):
+                 test_files: list[str] | str | None = None, test_fraction: float = 0.0, text_field: str = "text",
+                 bad_lines: str = "error"):
         listed = lambda x: [x] if isinstance(x, str) else list(x or [])  # noqa: E731
         self.train_files, self.val_files, self.test_files = listed(train_files), listed(val_files), listed(test_files)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.format = FileFormat(encoding, encoding_errors, eval_overlap=eval_overlap, prefix="data.corpus.")
+        self.format = FileFormat(encoding, encoding_errors, bad_lines=bad_lines, eval_overlap=eval_overlap,
+                                 prefix="data.corpus.")
+        self.text_field = text_field
 
     @staticmethod
     def _expand(patterns: list[str], field: str) -> list[Path]:
@@ -149,12 +154,16 @@ class TextFiles:
         for path in self._expand(self.train_files, "train_files"):
             size = Stat.of(path).size
             plans.append(FilePlan(path, str(path), tuple(s for s, _ in parts), tuple(int(size * e) for _, e in parts[:-1]),
-                                  "train_files", self.format))
+                                  "train_files", self.format, self._text_field(path)))
         for split, patterns in (("val", self.val_files), ("test", self.test_files)):
             if patterns:
-                plans += [FilePlan(p, str(p), (split,), (), f"{split}_files", self.format)
+                plans += [FilePlan(p, str(p), (split,), (), f"{split}_files", self.format, self._text_field(p))
                           for p in self._expand(patterns, f"{split}_files")]
         return plans
+
+    def _text_field(self, path: Path) -> str | None:
+        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst): the documents are the records' text_field."""
+        return self.text_field if ".jsonl" in path.suffixes else None
 
     def key(self, files: list[FilePlan], verify: str) -> str:
         return stat_key(files, verify)

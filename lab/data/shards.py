@@ -33,7 +33,7 @@ from torch.utils.data import Dataset
 from lab.data.cache import publish_dir
 from lab.data.corpora import FilePlan
 from lab.data.reading import DataReport, drop_overlap
-from lab.data.stream import Stat, safe_cuts, stream_text
+from lab.data.stream import Stat, documents_of, safe_cuts
 from lab.data.text import normalize_document
 from lab.errors import DataError
 
@@ -61,11 +61,11 @@ def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]
         if share is not None:
             end = share if end is None else min(end, share)
         carry = ""
-        for part, text in stream_text(f.path, f.fmt, f.field, DataReport(), (end,) if end is not None else ()):
+        for part, text in documents_of(f, DataReport(), (end,) if end is not None else ()):
             if part:
                 break
-            pieces, carry = safe_cuts(carry + text, PIECE)
-            yield from map(normalize_document, pieces)
+            pieces, carry = safe_cuts(carry + text, PIECE) if text is not None else ([carry], "")
+            yield from (normalize_document(p) for p in pieces if p)
         if carry:
             yield normalize_document(carry)
 
@@ -118,65 +118,76 @@ def no_space(directory: Path, needed: int) -> DataError:
                      "(finished files are kept)")
 
 
+class _Shard:
+    """One split's shard of a file being written, and the document being appended to it."""
+
+    def __init__(self, path: Path, encode: Encoder, progress: Progress):
+        self.f, self.encode, self.progress = open(path, "wb"), encode, progress  # noqa: SIM115 - closed by the caller
+        self.facts = {"tokens": 0, "bytes": 0, "characters": 0, "documents": 0}
+        self._begin()
+
+    def _begin(self) -> None:
+        self.start, self.doc, self.blank = self.f.tell(), {"tokens": 0, "bytes": 0, "characters": 0}, True
+
+    def write(self, pieces: list[str]) -> None:
+        ids = self.encode(pieces)
+        ids.tofile(self.f)
+        self.doc["tokens"] += len(ids)
+        self.doc["characters"] += sum(map(len, pieces))
+        self.doc["bytes"] += sum(len(p.encode("utf-8")) for p in pieces)
+        self.blank = self.blank and not any(p.strip() for p in pieces)
+        self.progress.add(0, len(ids))
+
+    def end_document(self, eos: int) -> None:
+        if self.blank:  # whitespace only: no document (an empty file is skipped, and said)
+            self.f.seek(self.start)
+            self.f.truncate()
+        else:
+            np.asarray([eos], self.encode.dtype).tofile(self.f)  # so no window pretends two documents are one text
+            for k in ("tokens", "bytes"):
+                self.doc[k] += 1
+            for k, v in self.doc.items():
+                self.facts[k] += v
+            self.facts["documents"] += 1
+            self.progress.add(0, 1)
+        self._begin()
+
+
 def _prepare_file(index: int, plan: FilePlan, encode: Encoder, eos: int, build: Path, progress: Progress) -> dict:
     """Stream one file into its shards (one per split it feeds) -> its done record."""
     stat, report = Stat.of(plan.path), DataReport()
-    record = {"name": plan.name, "field": plan.field, "splits": {}, "hash": ""}
     text_hash = hashlib.sha256()
-    outs: dict[str, object] = {}
+    outs: dict[str, _Shard] = {}
     try:
         for split in set(plan.splits):
-            tmp = build / f".{split}-{index:05d}.bin.tmp"
-            outs[split] = open(tmp, "wb")  # noqa: SIM115 - closed in finally
-            record["splits"][split] = {"tokens": 0, "bytes": 0, "characters": 0, "documents": 0, "blank": True}
-        current, carry, start = 0, "", outs[plan.splits[0]].tell()
-
-        def write(pieces: list[str], split: str) -> None:
-            facts = record["splits"][split]
-            ids = encode(pieces)
-            ids.tofile(outs[split])
-            facts["tokens"] += len(ids)
-            facts["characters"] += sum(map(len, pieces))
-            facts["bytes"] += sum(len(p.encode("utf-8")) for p in pieces)
-            facts["blank"] = facts["blank"] and not any(p.strip() for p in pieces)
-            progress.add(0, len(ids))
-
-        def end_document(part: int, carry: str) -> None:
-            split = plan.splits[part]
-            write([normalize_document(carry)] if carry else [], split)
-            facts, f = record["splits"][split], outs[split]
-            if facts["blank"]:  # whitespace only: no document (an empty file is skipped, and said)
-                f.seek(start)
-                f.truncate()
-                facts.update(tokens=0, characters=0, bytes=0)
-                return
-            np.asarray([eos], encode.dtype).tofile(f)  # so no window pretends two documents are one text
-            facts["tokens"] += 1
-            facts["bytes"] += 1
-            facts["documents"] += 1
-            progress.add(0, 1)
-
-        for part, text in stream_text(plan.path, plan.fmt, plan.field, report, plan.cuts):
-            if part != current:
-                end_document(current, carry)
-                current, carry, start = part, "", outs[plan.splits[part]].tell()
+            outs[split] = _Shard(build / f".{split}-{index:05d}.bin.tmp", encode, progress)
+        current, carry = 0, ""
+        for part, text in documents_of(plan, report, plan.cuts):
+            if part != current or text is None:  # a document ends: the file's part, or a record
+                outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+                outs[plan.splits[current]].end_document(eos)
+                current, carry = part, ""
+                if text is None:
+                    continue
             text_hash.update(text.encode("utf-8", "surrogatepass"))
             pieces, carry = safe_cuts(carry + text, PIECE)
-            write([normalize_document(p) for p in pieces], plan.splits[current])
+            outs[plan.splits[current]].write([normalize_document(p) for p in pieces])
             progress.add(len(text), 0)
-        end_document(current, carry)
-        for f in outs.values():
-            f.flush()
-            os.fsync(f.fileno())
+        outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+        outs[plan.splits[current]].end_document(eos)
+        for shard in outs.values():
+            shard.f.flush()
+            os.fsync(shard.f.fileno())
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise no_space(build, Stat.of(plan.path).size * 2 * encode.dtype.itemsize) from e
         raise DataError(f"cannot prepare {plan.path}: {e}") from e
     finally:
-        for f in outs.values():
-            f.close()
+        for shard in outs.values():
+            shard.f.close()
+    record = {"name": plan.name, "field": plan.field, "splits": {s: shard.facts for s, shard in outs.items()}}
     stat.check_unchanged()
-    if all(s["blank"] for s in record["splits"].values()):
+    if not any(s["documents"] for s in record["splits"].values()):
         report.note("skipped", plan.field, "empty files", str(plan.path))
     for split in outs:
         tmp = build / f".{split}-{index:05d}.bin.tmp"
@@ -242,7 +253,7 @@ def _manifest(files: list[FilePlan], records: list[dict], vocab_size: int, dtype
         report.merge(DataReport.from_dict(r["report"]))
     # an evaluation file identical to a training file is dropped (eval_overlap=drop) or refused
     whole = {s: [(i, r["name"], r["hash"]) for i, (f, r) in enumerate(zip(files, records))
-                 if (s in f.splits if s == "train" else f.splits == (s,)) and not all(x["blank"] for x in r["splits"].values())]
+                 if (s in f.splits if s == "train" else f.splits == (s,)) and any(x["documents"] for x in r["splits"].values())]
              for s in SPLITS}
     kept = drop_overlap(whole, lambda d: d[2], files[0].fmt.eval_overlap, report, files[0].fmt.prefix,
                         where=lambda d: d[1], unit="file", what="text")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lab.data.reading import NUL, DataReport, FileFormat
+from lab.data.reading import NUL, DataReport, FileFormat, bad_line
 from lab.errors import DataError
 
 CHUNK = 8 << 20  # bytes read (and decoded) at a time
@@ -155,6 +156,44 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
     if replaced:
         report.note("changed", split, f"undecodable bytes replaced by U+FFFD ({path.name}, {fmt.prefix}encoding_errors=replace)",
                     count=replaced)
+
+
+def documents_of(plan, report: DataReport, cuts: tuple[int, ...]) -> Iterator[tuple[int, str | None]]:
+    """-> (part, text) of a FilePlan (lab.data.corpora): a text file's parts are its documents; a JSON-lines
+    file's records are, each followed by (part, None), its text field read as a document of the part in
+    which its line ends. A line that is not a JSON object with a string text field is an error naming it, or
+    skipped and counted (bad_lines=skip); a blank line is no record."""
+    chunks = stream_text(plan.path, plan.fmt, plan.field, report, cuts)
+    if plan.text_field is None:
+        yield from chunks
+        return
+    carry, number = "", 0
+    for part, text in _with_end(chunks):
+        lines = (carry + text).split("\n")
+        carry = lines.pop()
+        for line in lines:
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+                value = value[plan.text_field] if isinstance(value, dict) else None
+            except (ValueError, KeyError):
+                value = None
+            if not isinstance(value, str):
+                bad_line(plan.fmt, report, plan.field, plan.path, number, f"lines without a string {plan.text_field!r}",
+                         f"not a JSON object with a string field {plan.text_field!r} (data.corpus.text_field)")
+                continue
+            yield part, value
+            yield part, None
+
+
+def _with_end(chunks: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """The chunks, then a newline in the last part (the last line of a file without a final newline ends)."""
+    part = 0
+    for part, text in chunks:
+        yield part, text
+    yield part, "\n"
 
 
 def safe_cuts(text: str, size: int) -> tuple[list[str], str]:
