@@ -20,6 +20,7 @@ TINY_LM = [
     "+experiment=gpt_nano_char",
     "data.corpus.max_works=4",
     "data.corpus.val_works=[tempest]",
+    "data.corpus.test_works=[phoenix_and_the_turtle]",  # 2 kB: the full-pass test stays fast
     "data.eval_batches=2",
     "trainer.max_steps=20",
     "trainer.val_check_interval=10",

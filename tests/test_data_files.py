@@ -11,6 +11,7 @@ import re
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import run_dirs, run_module, train
 
@@ -328,7 +329,7 @@ def _build_everything(cache: Path, inputs: Path) -> dict[str, str]:
     dm = LMDataModule(TextFiles(str(inputs / "a.txt")), tokenizer="char", block_size=8, cache_dir=str(cache))
     dm.prepare_data()
     dm.setup()
-    out["lm"] = digest(bytes(dm.train_tokens)) + digest(json.dumps(dm.meta))
+    out["lm"] = digest(np.asarray(dm.train_tokens).tobytes()) + digest(json.dumps(dm.meta))
     splits, _ = load_split(LabelledFiles(str(inputs / "train.tsv")), cache, 0)
     out["split"] = digest(json.dumps(splits))
     pm = ParallelTextDataModule(str(inputs / "pairs.tsv"), valid_size=2, test_size=2, vocab_size=300, cache_dir=str(cache))

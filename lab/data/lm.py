@@ -1,9 +1,10 @@
-"""Language-modelling data: a corpus tokenized once into uint16/uint32 memmaps, served as random windows."""
+"""Language-modelling data: a corpus tokenized once into token shards (lab.data.shards), served as random
+windows for training and validation and as a full pass for the test."""
 from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -12,9 +13,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
-from lab.data.cache import publish_dir
+from lab.data.reading import DataReport
+from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, prepare, tokenizer_sample
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
+
+log = logging.getLogger("lab")
 
 EOS = "<|endoftext|>"
 
@@ -44,11 +48,16 @@ class RandomWindows(Dataset):
 
 class LMDataModule(L.LightningDataModule):
     """Fields:
-    corpus: a corpus object with `.load(cache_dir) -> Documents` (lab.data.corpora).
+    corpus: a corpus object with `.files(cache_dir)` and `.key(files, verify)` (lab.data.corpora).
     tokenizer: char | bpe (byte-level BPE trained on the train split); vocab_size: BPE vocabulary size.
+    tokenizer_sample_mb: BPE trains on the first tokenizer_sample_mb MB of the training text, an equal share
+    from every training file (null: all of it); the character tokenizer always reads all of it.
     block_size: tokens per window. batch_size: GLOBAL windows per optimizer step; each device loads
     batch_size / (devices * accumulate_grad_batches), so results do not depend on the device count.
-    eval_batches: validation batches (fixed windows, the same at every validation).
+    eval_batches: validation batches, a sampled estimate (fixed windows, the same at every validation).
+    eval_stride: the test pass scores every test token once in windows of block_size tokens moved by
+    eval_stride (null: block_size // 2), so each scored token has at least block_size - eval_stride of context.
+    verify: stat (the cache key is each file's name, size and modification time) | content (its bytes' hash).
     """
     shards_batches = True  # step_ordered_sampler gives each rank its share of every global batch
 
@@ -63,62 +72,68 @@ class LMDataModule(L.LightningDataModule):
         cache_dir: str = "~/.cache/lab",
         seed: int = 1337,
         num_workers: int = 0,
+        tokenizer_sample_mb: float | None = 100,
+        eval_stride: int | None = None,
+        verify: str = "stat",
     ):
         super().__init__()
         self.corpus, self.tokenizer_kind, self.vocab_size_setting = corpus, tokenizer, vocab_size
         self.block_size, self.batch_size, self.eval_batches = block_size, batch_size, eval_batches
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
+        self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
+        self.eval_stride, self.verify = eval_stride or max(1, block_size // 2), verify
         self.tokenizer = None
         self._dir: Path | None = None
 
-    def _prepared_dir(self) -> tuple[Path, object]:
-        docs = self.corpus.load(self.cache_dir)
-        key = f"{docs.fingerprint}|{self.tokenizer_kind}|{self.vocab_size_setting}"
-        return self.cache_dir / "lm" / hashlib.sha256(key.encode()).hexdigest()[:16], docs
+    def _prepared_dir(self) -> tuple[Path, list]:
+        files = self.corpus.files(self.cache_dir)
+        sample = None if self.tokenizer_kind == "char" else self.sample_bytes
+        key = f"{self.corpus.key(files, self.verify)}|{self.tokenizer_kind}|{self.vocab_size_setting}|{sample}"
+        return self.cache_dir / "lm" / hashlib.sha256(key.encode()).hexdigest()[:16], files
 
     def prepare_data(self) -> None:
-        out, docs = self._prepared_dir()
-        if (out / "meta.json").exists():
-            return
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        tok = load_or_train(tmp / "tokenizer.json", self.tokenizer_kind, (t for _, t in docs.train), [EOS], self.vocab_size_setting)
-        eos = tok.token_id(EOS)
-        meta = {"vocab_size": tok.vocab_size}
-        dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
-        for split, split_docs in (("train", docs.train), ("val", docs.val)):
-            ids: list[int] = []
-            for _, text in split_docs:  # documents separated by EOS so no window pretends they are one text
-                ids += tok.encode(text) + [eos]
-            np.asarray(ids, dtype=dtype).tofile(tmp / f"{split}.bin")
-            meta[f"{split}_tokens"] = len(ids)
-            meta[f"{split}_bytes"] = sum(len(t.encode("utf-8")) + 1 for _, t in split_docs)
-        meta["dtype"] = np.dtype(dtype).name
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
+        out, files = self._prepared_dir()
+        sample = None if self.tokenizer_kind == "char" else self.sample_bytes  # a sampled char set would drop text
+
+        def make_tokenizer(path: Path):
+            return load_or_train(path, self.tokenizer_kind, tokenizer_sample(files, sample), [EOS], self.vocab_size_setting)
+
+        settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
+        prepare(out, files, make_tokenizer, EOS, settings)
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:
             return
-        out, docs = self._prepared_dir()
-        if not (out / "meta.json").exists():
+        out, _ = self._prepared_dir()
+        if not (out / MANIFEST).exists():
             self.prepare_data()
-        self.meta = json.loads((out / "meta.json").read_text())
-        report = docs.report
-        for split, split_docs in (("train", docs.train), ("val", docs.val)):
-            report.split(split, documents=len(split_docs), characters=sum(len(t) for _, t in split_docs),
-                         tokens=self.meta[f"{split}_tokens"])
-            if self.meta[f"{split}_tokens"] <= self.block_size + 1:
-                names = ", ".join(n for n, _ in split_docs[:5]) + (", ..." if len(split_docs) > 5 else "")
-                raise DataError(f"the {split} split ({names}) is {self.meta[f'{split}_tokens']} "
-                                f"tokens, too few for windows of data.block_size={self.block_size}; give more text or a "
-                                "smaller block_size")
-        self.report = report.to_dict()
+        self.meta = json.loads((out / MANIFEST).read_text())
+        report, splits = DataReport.from_dict(self.meta["report"]), self.meta["splits"]
+        if hasattr(self.corpus, "listing"):  # files the user listed twice (read once): not in the cached manifest
+            report.merge(self.corpus.listing)
+        for split, facts in splits.items():
+            report.split(split, documents=facts["documents"], characters=facts["characters"], tokens=facts["tokens"])
+            if facts["tokens"] <= self.block_size + 1:
+                names = ", ".join(facts["names"][:5]) + (", ..." if len(facts["names"]) > 5 else "")
+                raise DataError(f"the {split} split ({names}) is {facts['tokens']} tokens, too few for windows of "
+                                f"data.block_size={self.block_size}; give more text or a smaller block_size")
+        self.report = {**report.to_dict(), "prepared": str(out), "manifest": {s: {k: v for k, v in f.items() if k != "names"}
+                                                                               for s, f in splits.items()}}
         report.log()
+        log.info("data: val/* is an estimate from %d sampled windows (data.eval_batches x batch_size); test/* scores "
+                 "every token of the %s split once (windows of %d, stride %d)", self.eval_batches * self.batch_size,
+                 "test" if "test" in splits else "val (no test split: set data.corpus.test_fraction or test_files)",
+                 self.block_size, self.eval_stride)
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
-        self.train_tokens = np.memmap(out / "train.bin", dtype=self.meta["dtype"], mode="r")
-        self.val_tokens = np.memmap(out / "val.bin", dtype=self.meta["dtype"], mode="r")
+        tokens = {s: ShardedTokens(out, f["shards"], self.meta["dtype"]) for s, f in splits.items()}
+        self.train_tokens, self.val_tokens = tokens["train"], tokens["val"]
+        self._tokens = tokens
+        self.use_for_test("test" if "test" in tokens else "val")
         self._dir = out
+
+    def use_for_test(self, split: str) -> None:
+        """The split the test pass scores (lab.eval split=valid: the validation text, every token once)."""
+        self.test_split, self.test_tokens = split, self._tokens[split]
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -127,8 +142,12 @@ class LMDataModule(L.LightningDataModule):
 
     @property
     def val_tokens_per_byte(self) -> float:
-        return self.meta["val_tokens"] / self.meta["val_bytes"]
+        return self.meta["splits"]["val"]["tokens"] / self.meta["splits"]["val"]["bytes"]
 
+    @property
+    def test_tokens_per_byte(self) -> float:
+        facts = self.meta["splits"][self.test_split]
+        return facts["tokens"] / facts["bytes"]
     def _per_device_batch(self) -> int:
         return per_device_batch(self.batch_size, self.trainer)
 
@@ -152,4 +171,10 @@ class LMDataModule(L.LightningDataModule):
         return self._loader(RandomWindows(self.val_tokens, self.block_size, self.seed + 1, n))
 
     def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+        """Every test token once (FullPassWindows); rank r of W takes windows r, r + W, ... (none twice, none
+        left out: the loss is summed over ranks by the task's metric)."""
+        dataset = FullPassWindows(self.test_tokens, self.block_size, self.eval_stride)
+        t = self.trainer
+        rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
+        return DataLoader(dataset, batch_size=self._per_device_batch(), sampler=range(rank, len(dataset), world),
+                          num_workers=self.num_workers)

@@ -33,14 +33,15 @@ class LanguageModelTask(Task):
         return loss + aux
 
     def validation_step(self, batch, batch_idx):
-        self.val_loss.update(self._loss(batch), weight=batch[1].numel())
+        # weighted by the scored targets: a test window scores only the tokens no earlier window scored (-100)
+        self.val_loss.update(self._loss(batch), weight=int((batch[1] != -100).sum()))
 
     test_step = validation_step
 
     def _log_eval(self, stage: str) -> None:
         loss = self.val_loss.compute()  # synced across processes by torchmetrics
         self.val_loss.reset()
-        tokens_per_byte = getattr(self.trainer.datamodule, "val_tokens_per_byte", None)
+        tokens_per_byte = getattr(self.trainer.datamodule, f"{stage}_tokens_per_byte", None)
         metrics = {f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss)}
         if tokens_per_byte:
             metrics[f"{stage}/bpb"] = loss * tokens_per_byte / math.log(2)

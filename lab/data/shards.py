@@ -1,0 +1,329 @@
+"""A corpus tokenized into token shards on disk, in memory bounded by the chunk size, never the corpus's.
+
+Preparation streams every file once (lab.data.stream), cuts the decoded text where pre-tokenization splits
+anyway (so the ids are exactly those of the whole text), tokenizes the pieces with `tokenizers`' batch
+encoding (all cores), and appends the ids to one shard per file and split: `<split>-<file index>.bin`, uint16
+(or uint32 for a vocabulary of 65,536 or more), documents separated by the end-of-text id.
+
+It happens in a build directory named by the corpus key, under a lock: a shard is written under a temporary
+name and renamed when its file is done, then a `done/<index>.json` records the file's counts, so a killed
+preparation continues with the first unfinished file (a half-written shard is never trusted). When every
+file is done, manifest.json is written and the directory renamed to its final name (the marker every reader
+checks). Training memory-maps the shards (ShardedTokens): nothing of the corpus is held in memory.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from lab.data.cache import publish_dir
+from lab.data.corpora import FilePlan
+from lab.data.reading import DataReport, drop_overlap
+from lab.data.stream import Stat, documents_of, safe_cuts
+from lab.data.text import normalize_document
+from lab.errors import DataError
+
+log = logging.getLogger("lab")
+PIECE = 1 << 16  # characters per piece handed to the batch encoder (pieces of a chunk are encoded in parallel)
+MANIFEST = "manifest.json"
+SPLITS = ("train", "val", "test")
+
+
+def dtype_for(vocab_size: int) -> np.dtype:
+    if vocab_size >= 2**32:
+        raise DataError(f"a vocabulary of {vocab_size} tokens does not fit the uint32 token shards; choose "
+                        "data.vocab_size below 4294967296")
+    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
+
+
+def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]:
+    """The text a BPE / WordPiece tokenizer is trained on: the first budget / len(train files) bytes of every
+    file's training part (all of it when budget is None or the training text is smaller), in file order, cut
+    at safe places. Deterministic, so the tokenizer of a corpus is the same on every machine."""
+    train = [f for f in files if "train" in f.splits]
+    share = None if budget is None else max(1, budget // max(1, len(train)))
+    for f in train:
+        end = f.cuts[0] if f.splits[0] == "train" and f.cuts else None
+        if share is not None:
+            end = share if end is None else min(end, share)
+        carry = ""
+        for part, text in documents_of(f, DataReport(), (end,) if end is not None else ()):
+            if part:
+                break
+            pieces, carry = safe_cuts(carry + text, PIECE) if text is not None else ([carry], "")
+            yield from (normalize_document(p) for p in pieces if p)
+        if carry:
+            yield normalize_document(carry)
+
+
+class Progress:
+    """One log line every `every` seconds: MB read of the files' total size, MB/s, tokens, ETA."""
+
+    def __init__(self, total_bytes: int, every: float = 10.0):
+        self.total, self.every, self.done, self.files_done, self.tokens = total_bytes, every, 0, 0, 0
+        self.start = self.last = time.monotonic()
+
+    def add(self, nbytes: int, tokens: int) -> None:
+        self.done, self.tokens = self.done + nbytes, self.tokens + tokens
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            rate = self.done / max(now - self.start, 1e-9)
+            eta = (self.total - self.done) / rate if rate else float("inf")
+            log.info("data: prepared %.1f of %.1f MB (%.0f%%), %.1f MB/s, %s tokens, ETA %s", self.done / 1e6,
+                     self.total / 1e6, 100 * self.done / max(self.total, 1), rate / 1e6, f"{self.tokens:,}",
+                     time.strftime("%H:%M:%S", time.gmtime(eta)) if eta < 1e6 else "?")
+
+    def file_done(self, size: int) -> None:
+        """Within a file progress counts characters read; a finished file counts its bytes on disk (compressed)."""
+        self.files_done += size
+        self.done = self.files_done
+
+    def finish(self) -> None:
+        seconds = time.monotonic() - self.start
+        log.info("data: prepared %.1f MB into %s tokens in %.1f s (%.1f MB/s)", self.done / 1e6, f"{self.tokens:,}",
+                 seconds, self.done / 1e6 / max(seconds, 1e-9))
+
+
+class Encoder:
+    """Pieces of text -> one array of ids: the batch encoder of `tokenizers` (parallel over the pieces) or,
+    for the character tokenizer, one encode per piece."""
+
+    def __init__(self, tok, dtype: np.dtype):
+        self.tok, self.dtype = tok, dtype
+        self.batch = getattr(tok, "encode_batch", None) or (lambda pieces: [tok.encode(p) for p in pieces])
+
+    def __call__(self, pieces: list[str]) -> np.ndarray:
+        lists = self.batch(pieces) if pieces else []
+        return np.fromiter(chain.from_iterable(lists), self.dtype, count=sum(map(len, lists)))
+
+
+def no_space(directory: Path, needed: int) -> DataError:
+    return DataError(f"no space left on the disk of {directory} while writing token shards (about {needed / 1e9:.1f} GB "
+                     f"more needed); free space there or set paths.cache_dir= to a disk with room, then run again "
+                     "(finished files are kept)")
+
+
+class _Shard:
+    """One split's shard of a file being written, and the document being appended to it."""
+
+    def __init__(self, path: Path, encode: Encoder, progress: Progress):
+        self.f, self.encode, self.progress = open(path, "wb"), encode, progress  # noqa: SIM115 - closed by the caller
+        self.facts = {"tokens": 0, "bytes": 0, "characters": 0, "documents": 0}
+        self._begin()
+
+    def _begin(self) -> None:
+        self.start, self.doc, self.blank = self.f.tell(), {"tokens": 0, "bytes": 0, "characters": 0}, True
+
+    def write(self, pieces: list[str]) -> None:
+        ids = self.encode(pieces)
+        ids.tofile(self.f)
+        self.doc["tokens"] += len(ids)
+        self.doc["characters"] += sum(map(len, pieces))
+        self.doc["bytes"] += sum(len(p.encode("utf-8")) for p in pieces)
+        self.blank = self.blank and not any(p.strip() for p in pieces)
+        self.progress.add(0, len(ids))
+
+    def end_document(self, eos: int) -> None:
+        if self.blank:  # whitespace only: no document (an empty file is skipped, and said)
+            self.f.seek(self.start)
+            self.f.truncate()
+        else:
+            np.asarray([eos], self.encode.dtype).tofile(self.f)  # so no window pretends two documents are one text
+            for k in ("tokens", "bytes"):
+                self.doc[k] += 1
+            for k, v in self.doc.items():
+                self.facts[k] += v
+            self.facts["documents"] += 1
+            self.progress.add(0, 1)
+        self._begin()
+
+
+def _prepare_file(index: int, plan: FilePlan, encode: Encoder, eos: int, build: Path, progress: Progress) -> dict:
+    """Stream one file into its shards (one per split it feeds) -> its done record."""
+    stat, report = Stat.of(plan.path), DataReport()
+    text_hash = hashlib.sha256()
+    outs: dict[str, _Shard] = {}
+    try:
+        for split in set(plan.splits):
+            outs[split] = _Shard(build / f".{split}-{index:05d}.bin.tmp", encode, progress)
+        current, carry = 0, ""
+        for part, text in documents_of(plan, report, plan.cuts):
+            if part != current or text is None:  # a document ends: the file's part, or a record
+                outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+                outs[plan.splits[current]].end_document(eos)
+                current, carry = part, ""
+                if text is None:
+                    continue
+            text_hash.update(text.encode("utf-8", "surrogatepass"))
+            pieces, carry = safe_cuts(carry + text, PIECE)
+            outs[plan.splits[current]].write([normalize_document(p) for p in pieces])
+            progress.add(len(text), 0)
+        outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+        outs[plan.splits[current]].end_document(eos)
+        for shard in outs.values():
+            shard.f.flush()
+            os.fsync(shard.f.fileno())
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise no_space(build, Stat.of(plan.path).size * 2 * encode.dtype.itemsize) from e
+        raise DataError(f"cannot prepare {plan.path}: {e}") from e
+    finally:
+        for shard in outs.values():
+            shard.f.close()
+    record = {"name": plan.name, "field": plan.field, "splits": {s: shard.facts for s, shard in outs.items()}}
+    stat.check_unchanged()
+    if not any(s["documents"] for s in record["splits"].values()):
+        report.note("skipped", plan.field, "empty files", str(plan.path))
+    for split in outs:
+        tmp = build / f".{split}-{index:05d}.bin.tmp"
+        if record["splits"][split]["tokens"]:
+            tmp.rename(build / f"{split}-{index:05d}.bin")
+        else:
+            tmp.unlink()
+    record["hash"], record["report"] = text_hash.hexdigest(), report.to_dict()
+    return record
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One preparer per corpus at a time (DDP ranks, sweep jobs, a second lab.prepare): the others wait here."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], object], eos_token: str,
+            settings: dict) -> None:
+    """Build `out` (the published directory: manifest.json, tokenizer.json, shards) unless it exists.
+    make_tokenizer(path) trains (or loads) the tokenizer cached at path."""
+    if (out / MANIFEST).exists():
+        return
+    with locked(out.parent / f".{out.name}.lock"):
+        if (out / MANIFEST).exists():  # another process finished it while this one waited
+            return
+        build = out.parent / f".build-{out.name}"
+        (build / "done").mkdir(parents=True, exist_ok=True)
+        tok = make_tokenizer(build / "tokenizer.json")
+        dtype, eos = dtype_for(tok.vocab_size), tok.token_id(eos_token)
+        encode = Encoder(tok, dtype)
+        records = {}
+        for i in range(len(files)):
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                records[i] = json.loads((build / "done" / f"{i:05d}.json").read_text())
+        if records:
+            log.info("data: resuming the preparation in %s: %d of %d files are done", build, len(records), len(files))
+        todo = [i for i in range(len(files)) if i not in records]
+        progress = Progress(sum(Stat.of(files[i].path).size for i in todo))
+        for i in todo:
+            records[i] = _prepare_file(i, files[i], encode, eos, build, progress)
+            progress.file_done(Stat.of(files[i].path).size)
+            done = build / "done" / f".{i:05d}.json.tmp"
+            done.write_text(json.dumps(records[i]))
+            done.rename(build / "done" / f"{i:05d}.json")
+        progress.finish()
+        manifest = _manifest(files, [records[i] for i in range(len(files))], tok.vocab_size, dtype, settings)
+        shutil.rmtree(build / "done")
+        (build / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        publish_dir(build, out, MANIFEST)
+
+
+def _manifest(files: list[FilePlan], records: list[dict], vocab_size: int, dtype: np.dtype, settings: dict) -> dict:
+    """What was prepared, per split: shards, documents, tokens, bytes; the data report of the reading."""
+    report = DataReport("lm")
+    for r in records:
+        report.merge(DataReport.from_dict(r["report"]))
+    # an evaluation file identical to a training file is dropped (eval_overlap=drop) or refused
+    whole = {s: [(i, r["name"], r["hash"]) for i, (f, r) in enumerate(zip(files, records))
+                 if (s in f.splits if s == "train" else f.splits == (s,)) and any(x["documents"] for x in r["splits"].values())]
+             for s in SPLITS}
+    kept = drop_overlap(whole, lambda d: d[2], files[0].fmt.eval_overlap, report, files[0].fmt.prefix,
+                        where=lambda d: d[1], unit="file", what="text")
+    for s in ("val", "test"):
+        if whole[s] and not kept[s]:
+            raise DataError(f"nothing is left for {'validation' if s == 'val' else 'testing'}: every {s} file is "
+                            f"identical to a training file ({', '.join(n for _, n, _ in whole[s])}); give other "
+                            f"data.corpus.{s}_files, or none")
+    keep = {(s, i) for s, rows in kept.items() for i, _, _ in rows} | {
+        (s, i) for i, f in enumerate(files) for s in f.splits if len(f.splits) > 1}
+    splits = {}
+    for s in SPLITS:
+        entries = [(i, records[i]["name"], records[i]["splits"][s]) for i in range(len(files))
+                   if s in records[i]["splits"] and (s, i) in keep and records[i]["splits"][s]["tokens"]]
+        if entries or s != "test":
+            splits[s] = {"shards": [f"{s}-{i:05d}.bin" for i, _, _ in entries], "names": [n for _, n, _ in entries],
+                         **{k: sum(e[k] for _, _, e in entries) for k in ("documents", "characters", "tokens", "bytes")}}
+    return {"vocab_size": vocab_size, "dtype": dtype.name, "settings": settings, "splits": splits,
+            "report": report.to_dict()}
+
+
+class ShardedTokens:
+    """The shards of one split as one read-only token sequence (memory-mapped: the OS pages in what is read)."""
+
+    def __init__(self, directory: Path, shards: list[str], dtype: str):
+        self.maps, self.dtype = [np.memmap(directory / s, dtype=dtype, mode="r") for s in shards], np.dtype(dtype)
+        self.starts = np.cumsum([0] + [len(m) for m in self.maps])  # starts[k]: the first index of shard k
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:  # np.asarray(view): the whole split, in memory
+        return self[0 : len(self)].astype(dtype or self.dtype)
+
+    def __getitem__(self, s: slice | int) -> np.ndarray:
+        if isinstance(s, int | np.integer):
+            return self[s : s + 1][0] if s >= 0 else self[len(self) + s]
+        lo, hi, _ = s.indices(len(self))
+        out, k = [], int(np.searchsorted(self.starts, lo, side="right")) - 1
+        while lo < hi:
+            take = min(hi, int(self.starts[k + 1])) - lo
+            out.append(self.maps[k][lo - self.starts[k] : lo - self.starts[k] + take])
+            lo, k = lo + take, k + 1
+        return np.concatenate(out) if len(out) > 1 else np.asarray(out[0]) if out else np.empty(0, self.dtype)
+
+
+class FullPassWindows(Dataset):
+    """Every token of a split scored exactly once, for test loss and bits per byte that are the held-out text's.
+
+    Window k covers tokens [s_k, s_k + T] with s_k = k * stride; its first window scores all T targets, every
+    later one only the targets not scored before (the last `stride`, each with at least T - stride tokens of
+    context); the last window is moved back to end at the final token. Unscored targets are IGNORE (-100,
+    which F.cross_entropy leaves out)."""
+
+    IGNORE = -100
+
+    def __init__(self, tokens, block_size: int, stride: int):
+        if not 0 < stride <= block_size:
+            raise DataError(f"data.eval_stride={stride} must be in [1, data.block_size={block_size}]")
+        n = len(tokens) - 1  # targets: tokens 1..n
+        self.tokens, self.block_size, self.stride = tokens, block_size, stride
+        self.starts = list(range(0, max(n - block_size, 0), stride)) + [max(n - block_size, 0)]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s, T = self.starts[k], self.block_size
+        chunk = torch.from_numpy(self.tokens[s : s + T + 1].astype(np.int64))
+        x, y = chunk[:-1], chunk[1:].clone()  # [T], [T]
+        scored_until = self.starts[k - 1] + T if k else s  # targets up to this token index were scored before
+        y[: max(0, scored_until - s)] = self.IGNORE
+        return x, y

@@ -1,0 +1,33 @@
+"""Prepare a training run's data and exit: `python -m lab.prepare <the overrides of lab.train>`.
+
+For a CPU node before a GPU job, or to see what the data holds before training: the corpus is read,
+tokenized and written to the cache exactly as lab.train would (which then finds it and starts in seconds).
+"""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from lab.runtime.cli import quiet_warnings, user_errors_exit
+from lab.runtime.help import exit_with_help
+
+
+@hydra.main(config_path="../conf", config_name="prepare", version_base="1.3")
+@user_errors_exit
+def main(cfg: DictConfig) -> None:
+    from hydra.utils import instantiate  # noqa: PLC0415 - heavy imports after Hydra has parsed the command line
+
+    from lab.runtime.console import single_console  # noqa: PLC0415
+
+    quiet_warnings()
+    single_console()
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")  # the checks a run makes (too few tokens for a window, ...) and the data report
+    where = f" in {datamodule.report['prepared']}" if "prepared" in getattr(datamodule, "report", {}) else ""
+    print(f"prepared {type(datamodule).__name__}{where}; vocabulary {datamodule.vocab}")
+
+
+if __name__ == "__main__":
+    exit_with_help("train")  # --help: the options are lab.train's (Hydra's flags: --hydra-help)
+    main()

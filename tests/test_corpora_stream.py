@@ -1,0 +1,321 @@
+"""Streamed LM preparation (lab.data.stream, lab.data.shards): exact ids, every byte in one split, resumable,
+cached by file stats, refusing what it cannot do; the full-pass test windows score every token once."""
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import lab.data.shards as shards
+import lab.data.stream as stream
+from lab.data.corpora import TextFiles
+from lab.data.lm import EOS, LMDataModule
+from lab.data.reading import DataReport, FileFormat
+from lab.data.shards import FullPassWindows, ShardedTokens
+from lab.data.tokenizers import train_tokenizer
+from lab.errors import DataError
+
+# whitespace of every kind where cuts fall, multi-byte characters, \r\n line ends, long runs without spaces
+TEXT = "".join(f"Line {i}:  caf\u00e9 \u00fcber\tna\u00efve\r\n\n   {'x' * (i % 7)}{'word' * (i % 50)} \u4e2d\u6587!" for i in range(400))
+
+
+def datamodule(tmp_path: Path, files: list[str], tokenizer: str = "bpe", **corpus) -> LMDataModule:
+    return LMDataModule(TextFiles(files, **corpus), tokenizer=tokenizer, vocab_size=300, block_size=16, batch_size=4,
+                        cache_dir=str(tmp_path / "cache"), tokenizer_sample_mb=None)
+
+
+def small_chunks(monkeypatch, chunk: int = 97, piece: int = 64) -> None:
+    """Chunks and pieces far smaller than the text, so every cut, carry and straddled character is exercised."""
+    monkeypatch.setattr(stream, "CHUNK", chunk)
+    monkeypatch.setattr(shards, "PIECE", piece)
+
+
+def test_shards_hold_exactly_the_ids_of_each_whole_document(tmp_path, monkeypatch):
+    """Per split, the shard is each part's text encoded whole, then EOS: cutting at the wrong place (inside a
+    word, between a space and its word) or losing a carried rest changes the ids."""
+    small_chunks(monkeypatch, 997, 256)
+    (tmp_path / "a.txt").write_bytes(TEXT.encode())
+    dm = datamodule(tmp_path, [str(tmp_path / "a.txt")], val_fraction=0.2, test_fraction=0.1)
+    dm.prepare_data()
+    dm.setup()
+    raw = TEXT.encode()
+    cut1, cut2 = character_cut(raw, 0.7), character_cut(raw, 0.9)
+    tok, eos = dm.tokenizer, dm.vocab["eos_id"]
+    for tokens, part in ((dm.train_tokens, raw[:cut1]), (dm.val_tokens, raw[cut1:cut2]), (dm.test_tokens, raw[cut2:])):
+        expected = tok.encode(part.decode().replace("\r\n", "\n")) + [eos]
+        assert np.array_equal(tokens[0 : len(tokens)], np.array(expected))
+
+
+def character_cut(raw: bytes, fraction: float) -> int:
+    """Where lab's byte cut lands in characters: a character straddling it, or the \r of a \r\n, goes to the
+    later part."""
+    cut = int(len(raw) * fraction)
+    while raw[cut] & 0xC0 == 0x80:
+        cut += 1
+    return cut - 1 if raw[cut - 1 : cut + 1] == b"\r\n" else cut
+
+
+def test_every_character_lands_in_exactly_one_split_in_order(tmp_path, monkeypatch):
+    """Character level: the three splits decoded and joined are the file's text, at any chunk size (a \\r\\n or
+    a multi-byte character straddling a chunk or a cut is neither lost nor doubled)."""
+    (tmp_path / "a.txt").write_bytes(TEXT.encode())
+    for chunk in (5, 97, 1 << 20):
+        small_chunks(monkeypatch, chunk)
+        dm = datamodule(tmp_path / str(chunk), [str(tmp_path / "a.txt")], "char", val_fraction=0.3, test_fraction=0.2)
+        dm.setup()
+        eos = dm.vocab["eos_id"]
+        parts = [dm.tokenizer.decode(t[0 : len(t)].tolist()) for t in (dm.train_tokens, dm.val_tokens, dm.test_tokens)]
+        assert "".join(parts) == TEXT.replace("\r\n", "\n")
+        assert [int(t[len(t) - 1 : len(t)][0]) for t in (dm.train_tokens, dm.val_tokens, dm.test_tokens)] == [eos] * 3
+
+
+@pytest.mark.parametrize("suffix", ["gz", "zst"])
+def test_compressed_file_gives_the_plain_files_tokens(tmp_path, monkeypatch, suffix):
+    small_chunks(monkeypatch, 1000)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "plain" / "a.txt").write_text(TEXT)
+    (tmp_path / "v.txt").write_text(TEXT[:2000].upper())
+    packed_path = tmp_path / "gz" / f"a.txt.{suffix}"
+    if suffix == "gz":
+        with gzip.open(packed_path, "wt") as f:
+            f.write(TEXT)
+    else:
+        zstandard = pytest.importorskip("zstandard")  # the lab[zstd] extra
+        packed_path.write_bytes(zstandard.ZstdCompressor().compress(TEXT.encode()))
+    val = [str(tmp_path / "v.txt")]
+    plain = datamodule(tmp_path / "p", [str(tmp_path / "plain" / "a.txt")], "char", val_files=val)
+    packed = datamodule(tmp_path / "z", [str(packed_path)], "char", val_files=val)
+    plain.setup()
+    packed.setup()
+    assert np.array_equal(plain.train_tokens[0 : len(plain.train_tokens)], packed.train_tokens[0 : len(packed.train_tokens)])
+    same = datamodule(tmp_path / "s", [str(packed_path)], "char", val_files=[str(tmp_path / "plain" / "a.txt")])
+    with pytest.raises(DataError, match="nothing is left for validation"):  # the same text, compressed or not
+        same.setup()
+
+
+def test_a_killed_preparation_continues_with_the_unfinished_file(tmp_path, monkeypatch):
+    """The first file's shard and record survive a crash in the second; the rerun tokenizes only the second,
+    and the result is the uninterrupted build's, byte for byte."""
+    for name in "abc":
+        (tmp_path / f"{name}.txt").write_text(TEXT[: 3000] + name * 50)
+    files = [str(tmp_path / f"{n}.txt") for n in "abc"]
+    whole = datamodule(tmp_path / "whole", files, "char")
+    whole.setup()
+
+    real, calls = shards._prepare_file, []
+
+    def crash_on_second(index, *args):
+        calls.append(index)
+        if index == 1:
+            raise KeyboardInterrupt  # killed mid-file
+        return real(index, *args)
+
+    monkeypatch.setattr(shards, "_prepare_file", crash_on_second)
+    dm = datamodule(tmp_path / "resumed", files, "char")
+    with pytest.raises(KeyboardInterrupt):
+        dm.prepare_data()
+    monkeypatch.setattr(shards, "_prepare_file", lambda index, *args: calls.append(index) or real(index, *args))
+    dm.setup()
+    assert calls == [0, 1, 1, 2]
+    for split in ("train", "val"):
+        ours, theirs = getattr(dm, f"{split}_tokens"), getattr(whole, f"{split}_tokens")
+        assert np.array_equal(ours[0 : len(ours)], theirs[0 : len(theirs)])
+    assert not list((tmp_path / "resumed" / "cache" / "lm").glob(".build-*"))  # published and gone
+
+
+def test_a_prepared_corpus_is_found_by_file_stats_without_reading(tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text(TEXT)
+    datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").setup()
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a cached corpus was read again")
+
+    monkeypatch.setattr(stream, "stream_text", no_reading)
+    monkeypatch.setattr(shards, "tokenizer_sample", no_reading)
+    datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").setup()  # found by name, size and mtime
+    os.utime(tmp_path / "a.txt", ns=(0, 0))  # another modification time: another corpus as far as the key goes
+    with pytest.raises(AssertionError, match="read again"):
+        datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").setup()
+
+
+def test_a_file_that_changes_while_prepared_is_refused_and_nothing_published(tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text(TEXT)
+    real = stream.stream_text
+
+    def appending(path, *args, **kwargs):
+        for k, item in enumerate(real(path, *args, **kwargs)):
+            if k == 1:  # someone appends while lab reads
+                with open(path, "a") as f:
+                    f.write("more\n")
+            yield item
+
+    monkeypatch.setattr(stream, "stream_text", appending)
+    monkeypatch.setattr(stream, "CHUNK", 1000)
+    dm = datamodule(tmp_path, [str(tmp_path / "a.txt")], "char")
+    with pytest.raises(DataError, match=r"a.txt changed while it was being prepared"):
+        dm.prepare_data()
+    assert not list((tmp_path / "cache" / "lm").glob("*/manifest.json"))
+
+
+def test_a_full_disk_names_the_directory_and_space(tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text(TEXT)
+
+    def full(self, pieces):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shards.Encoder, "__call__", full)
+    with pytest.raises(DataError, match=r"no space left on the disk of \S*cache/lm/.build-\w+ .*GB more needed"):
+        datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").prepare_data()
+
+
+def test_vocabulary_too_large_for_the_shards_is_refused():
+    assert shards.dtype_for(2**16) == np.uint16 and shards.dtype_for(2**16 + 1) == np.uint32
+    with pytest.raises(DataError, match="does not fit the uint32 token shards"):
+        shards.dtype_for(2**32)
+
+
+def test_tokenizer_sample_is_the_first_share_of_every_training_file(tmp_path):
+    for name in "ab":
+        (tmp_path / f"{name}.txt").write_text(f"{name}{name} " * 1000)
+    files = TextFiles([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]).files(tmp_path)
+    sample = "".join(shards.tokenizer_sample(files, 600))
+    assert sample == "aa " * 100 + "bb " * 100  # 300 bytes of each, not 600 of the first
+    assert "".join(shards.tokenizer_sample(files, None)).count("a") == 2 * 900  # all of a's training part
+
+
+def test_sharded_tokens_slice_across_shards_like_one_array(tmp_path):
+    parts = [np.arange(0, 5), np.arange(5, 6), np.arange(6, 20)]
+    for i, p in enumerate(parts):
+        p.astype(np.uint16).tofile(tmp_path / f"s{i}.bin")
+    view, whole = ShardedTokens(tmp_path, ["s0.bin", "s1.bin", "s2.bin"], "uint16"), np.arange(20)
+    assert len(view) == 20
+    for lo, hi in [(0, 20), (3, 7), (4, 6), (5, 6), (6, 19), (0, 1), (19, 20), (7, 7)]:
+        assert np.array_equal(view[lo:hi], whole[lo:hi]), (lo, hi)
+    assert [int(view[i]) for i in (0, 5, 6, 19, -1)] == [0, 5, 6, 19, 19] and np.array_equal(np.asarray(view), whole)
+
+
+@pytest.mark.parametrize("n, block, stride", [(101, 16, 8), (17, 16, 8), (100, 16, 5), (64, 8, 8), (50, 10, 1)])
+def test_full_pass_scores_every_target_once_with_its_context(n, block, stride):
+    """Against a naive account: target t (token index 1..n-1) is scored exactly once, in a window holding the
+    tokens just before it, with at least block - stride of them (or all there are)."""
+    tokens = np.arange(n, dtype=np.uint16)
+    ds = FullPassWindows(tokens, block, stride)
+    scored = []
+    for k in range(len(ds)):
+        x, y = ds[k]
+        assert torch.equal(x[1:], torch.as_tensor(tokens[int(x[0]) + 1 : int(x[0]) + len(x)].astype(np.int64)))
+        for p in (y != FullPassWindows.IGNORE).nonzero().flatten().tolist():
+            t = int(y[p])
+            assert int(x[p]) == t - 1  # the target's own predecessor is the last input
+            assert p + 1 >= min(t, block - stride + 1) or p + 1 == t  # its context
+            scored.append(t)
+    assert sorted(scored) == list(range(1, n))
+
+
+def test_test_loader_gives_each_rank_its_own_windows(tmp_path):
+    """Three ranks together score every test token once: none twice, none left out by uneven counts."""
+    from types import SimpleNamespace
+
+    (tmp_path / "a.txt").write_text(TEXT[:4000])
+    dm = datamodule(tmp_path, [str(tmp_path / "a.txt")], "char", test_fraction=0.3)
+    dm.batch_size = 3
+    dm.setup()
+    targets = []
+    for rank in range(3):
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=3, accumulate_grad_batches=1)
+        loader = dm.test_dataloader()
+        starts = [loader.dataset.starts[k] for k in loader.sampler]  # the windows this rank loads, in order
+        y = torch.cat([y for _, y in loader])
+        targets += [starts[i] + p + 1 for i, p in (y != -100).nonzero().tolist()]  # token index of each target
+    assert sorted(targets) == list(range(1, len(dm.test_tokens)))
+    assert len(loader.dataset) % 3  # the ranks' shares differ, and none is dropped
+
+
+def test_manifest_records_the_splits(tmp_path):
+    (tmp_path / "a.txt").write_text(TEXT[:3000])
+    (tmp_path / "t.txt").write_text(TEXT[3000:6000])
+    dm = datamodule(tmp_path, [str(tmp_path / "a.txt")], "char", test_files=[str(tmp_path / "t.txt")])
+    dm.setup()
+    manifest = json.loads((Path(dm.report["prepared"]) / "manifest.json").read_text())
+    assert manifest["splits"]["test"]["names"] == [str(tmp_path / "t.txt")]
+    assert manifest["splits"]["test"]["tokens"] == len(dm.test_tokens)
+    assert dm.report["manifest"]["train"]["documents"] == 1 and dm.test_split == "test"
+    tok = train_tokenizer("char", [TEXT], [EOS], 0)
+    assert manifest["splits"]["test"]["tokens"] == len(tok.encode(TEXT[3000:6000].replace("\r\n", "\n"))) + 1
+
+
+def test_stream_reports_a_bad_byte_at_its_offset_in_any_chunk(tmp_path):
+    data = "é".encode() * 300 + b"\xff" + b"abc"
+    (tmp_path / "a.txt").write_bytes(data)
+    for chunk in (7, 64, 4096):
+        with pytest.raises(DataError, match="not valid utf-8 at byte offset 600 "):
+            list(stream.stream_text(tmp_path / "a.txt", FileFormat(), "train", DataReport(), (), chunk))
+
+
+def test_task_test_loss_is_the_mean_over_every_scored_token():
+    """The task weights each batch by its scored targets: its test loss is the plain mean of the per-token
+    losses (computed here one window at a time), though windows score 8, 3 or fewer targets each."""
+    import functools
+
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from lab.models.gpt import GPT
+    from lab.tasks.language_model import LanguageModelTask
+
+    torch.manual_seed(0)
+    model = GPT(vocab_size=20, d_model=16, n_layers=1, n_heads=2, max_seq_len=8).eval()
+    task = LanguageModelTask(model, functools.partial(torch.optim.AdamW))
+    windows = FullPassWindows(np.random.default_rng(0).integers(0, 20, 50).astype(np.uint16), 8, 3)
+    with torch.no_grad():
+        for i, batch in enumerate(DataLoader(windows, batch_size=2)):
+            task.validation_step(batch, i)
+        losses = []
+        for k in range(len(windows)):
+            x, y = windows[k]
+            nll = F.cross_entropy(model(x[None])[0], y.clamp(min=0), reduction="none")
+            losses += nll[y != FullPassWindows.IGNORE].tolist()
+    assert len(losses) == 49
+    assert float(task.val_loss.compute()) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+
+
+def test_prepare_cli_prepares_once_and_a_too_small_corpus_is_one_error_line(tmp_path):
+    from conftest import run_module
+
+    (tmp_path / "a.txt").write_text(TEXT)
+    (tmp_path / "tiny.txt").write_text("to be\n" * 20)
+    args = ["+experiment=gpt_nano_char", "data=text_files", f"paths.cache_dir={tmp_path}/cache"]
+    out = run_module("lab.prepare", [*args, f"data.corpus.train_files=[{tmp_path}/a.txt]"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    prepared = Path(out.stdout.split("prepared LMDataModule in ")[1].split(";")[0])
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert set(manifest["splits"]) == {"train", "val", "test"} and prepared.parent == tmp_path / "cache" / "lm"
+    bad = run_module("lab.prepare", [*args, f"data.corpus.train_files=[{tmp_path}/tiny.txt]"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "Traceback" not in bad.stderr
+    assert "the val split" in bad.stderr and "too few for windows of data.block_size=64" in bad.stderr
+
+
+def test_jsonl_records_are_documents_and_bad_lines_are_named_or_counted(tmp_path, monkeypatch):
+    small_chunks(monkeypatch, 50)
+    records = [f"record {i}: " + "text " * (i % 9) + "\u00e9" for i in range(40)]
+    lines = [json.dumps({"text": r, "id": i}) for i, r in enumerate(records)]
+    lines[7:7] = ["", '{"title": "no text field"}']  # a blank line (no record) and a bad one: file line 9
+    (tmp_path / "a.jsonl").write_text("\n".join(lines))  # no final newline: the last record still counts
+    (tmp_path / "v.jsonl").write_text(json.dumps({"text": "held out " * 10}) + "\n")
+    corpus = dict(val_files=[str(tmp_path / "v.jsonl")])
+    with pytest.raises(DataError, match=r"a.jsonl:9: not a JSON object with a string field 'text'.*bad_lines=skip"):
+        datamodule(tmp_path / "strict", [str(tmp_path / "a.jsonl")], "char", **corpus).setup()
+    dm = datamodule(tmp_path / "skip", [str(tmp_path / "a.jsonl")], "char", bad_lines="skip", **corpus)
+    dm.setup()
+    eos = dm.vocab["eos_id"]
+    expected = [i for r in records for i in [*dm.tokenizer.encode(r), eos]]
+    assert np.asarray(dm.train_tokens).tolist() == expected  # each record one document, in order
+    assert dm.report["manifest"]["train"]["documents"] == 40
+    assert [(e["count"], e["first"]) for e in dm.report["events"] if e["action"] == "dropped"] == [(1, ["a.jsonl:9"])]
