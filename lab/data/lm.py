@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.reading import DataReport
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, prepare, tokenizer_sample
+from lab.data.stream import CHUNK
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
 
@@ -113,6 +114,10 @@ class LMDataModule(L.LightningDataModule):
             report.merge(self.corpus.listing)
         for split, facts in splits.items():
             report.split(split, documents=facts["documents"], characters=facts["characters"], tokens=facts["tokens"])
+            if not facts["names"] and split != "train":
+                raise DataError(f"the {split} split is empty; give data.corpus.{split}_files (a .gz / .zst file's "
+                                f"held-out tail is cut at whole {CHUNK >> 20} MB chunks of its text: a smaller compressed file "
+                                "holds none back)")
             if facts["tokens"] <= self.block_size + 1:
                 names = ", ".join(facts["names"][:5]) + (", ..." if len(facts["names"]) > 5 else "")
                 raise DataError(f"the {split} split ({names}) is {facts['tokens']} tokens, too few for windows of "

@@ -17,17 +17,17 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lab.data.reading import NUL, DataReport, FileFormat, bad_line
+from lab.data.reading import CONTROL, NUL, DataReport, FileFormat, bad_line, refuse_binary
 from lab.errors import DataError
 
 CHUNK = 8 << 20  # bytes read (and decoded) at a time
-CONTROL = "\0\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x7f"
 WHITESPACE = " \n\t"  # where safe cuts are looked for (any whitespace is safe; these are where text has it)
 BOUNDARY = re.compile(r"\S\s")
 
@@ -98,12 +98,24 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
     errors = "strict" if fmt.encoding_errors == "strict" else "replace"
     dec = codecs.getincrementaldecoder(fmt.encoding)(errors=errors)
     ignoring = codecs.getincrementaldecoder(fmt.encoding)(errors="ignore") if errors == "replace" else None
-    fed = replaced = crlf = control = chars = 0
-    bom, pending, part = False, "", 0
+    fed = replaced = crlf = cr = control = chars = lines = 0
+    bom, pending, part, tail = False, "", 0, ""
+
+    def count_not_nfc(text: str) -> None:
+        """Lines not in Unicode NFC, noted as decode() notes them; a line cut by the chunk is checked with the
+        end of its first half (composition never reaches further back than a few characters)."""
+        nonlocal lines, tail
+        if not unicodedata.is_normalized("NFC", tail + text):
+            for n, line in enumerate((tail + text).split("\n")):
+                if not unicodedata.is_normalized("NFC", line):
+                    report.note("changed", split, "lines not in Unicode NFC, read as NFC (as the model sees them)",
+                                f"{path.name}:{lines + n + 1}")
+        lines += text.count("\n")
+        tail = (tail + text).rsplit("\n", 1)[-1][-16:]
 
     def text_of(data: bytes, at: int, final: bool) -> str:
         """The text of data, which starts at byte `at` of the (decompressed) stream."""
-        nonlocal replaced, crlf, control, chars, bom, pending
+        nonlocal replaced, crlf, cr, control, chars, bom, pending
         buffered = len(dec.getstate()[0])  # undecoded bytes kept from the previous chunk
         try:
             text = dec.decode(data, final)
@@ -120,8 +132,13 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
             text, pending = text[:-1], "\r"
         crlf += text.count("\r\n")
         text = text.replace("\r\n", "\n")
+        cr += text.count("\r")  # old-Mac line ends (or a stray \r): a line end, as the model's text has it
+        text = text.replace("\r", "\n")
+        if "\0" in text:
+            raise DataError(f"{path} holds NUL characters (as {fmt.encoding}): it is binary, not text")
         control += sum(text.count(c) for c in CONTROL)
         chars += len(text)
+        count_not_nfc(text)
         return text
 
     chunk = chunk or CHUNK
@@ -135,10 +152,12 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
                 if bom16 and not wide:
                     raise DataError(f"{path} starts with a UTF-16 byte order mark; set {fmt.prefix}encoding=utf-16 "
                                     "(utf-32 if it is that)")
-                if not wide and NUL in data[:8192]:
-                    raise DataError(f"{path} holds NUL bytes (byte offset {data.index(NUL)}): a binary file, or "
-                                    f"UTF-16/32 text (then set {fmt.prefix}encoding=utf-16)")
+                if not wide:  # a known binary format by its first bytes, or NUL bytes
+                    refuse_binary(path, data, f"set {fmt.prefix}encoding={{codec}}")
                 bom = bom16  # the utf-16/32 codecs consume the BOM themselves
+            elif not wide and NUL in data:  # binary content anywhere, not only at the start
+                raise DataError(f"{path} holds NUL bytes (byte offset {fed + data.index(NUL)}): a binary file, not "
+                                "text; give the text file")
             fed += len(data)
             position = raw.tell() if f is not raw else fed
             while part < len(cuts) and position > cuts[part] and f is raw:  # split this chunk at the cut
@@ -152,7 +171,9 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
         yield part, text_of(b"", fed, True)
     if control > max(8, chars // 100):
         raise DataError(f"{path} holds {control} control characters in {chars}: it is binary, not text")
-    report.file(split, path, bytes=fed, encoding=fmt.encoding, bom_stripped=bom, crlf_read_as_lf=crlf)
+    report.file(split, path, bytes=fed, encoding=fmt.encoding, bom_stripped=bom, crlf_read_as_lf=crlf, cr_read_as_lf=cr)
+    if control:
+        report.note("kept", split, "control characters (e.g. ESC, backspace) in the text", path.name, count=control)
     if replaced:
         report.note("changed", split, f"undecodable bytes replaced by U+FFFD ({path.name}, {fmt.prefix}encoding_errors=replace)",
                     count=replaced)
