@@ -25,10 +25,16 @@ MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 
 
+def lab_only(model) -> list[str]:
+    """Options of lab's that no exported family computes (every family needs them off)."""
+    missing = ["model.qk_norm=false"] if model.cfg.qk_norm else []
+    return missing + (["model.logit_softcap=null"] if getattr(model, "softcap", None) is not None else [])
+
+
 def pick_family(model, families):
     problems = {}
     for name, family in families:
-        missing = family.check(model)
+        missing = family.check(model) + lab_only(model)
         if not missing:
             return name, family
         problems[name] = missing

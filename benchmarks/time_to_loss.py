@@ -1,0 +1,124 @@
+"""Time to the baseline's loss: gpt_nano_char (nanoGPT's CPU baseline, 2000 steps) against gpt_nano_char_fast
+(the speedrun recipe; same data, split, tokenizer, batch and evaluation), trained back to back, seed by seed.
+
+    python benchmarks/time_to_loss.py [--seeds 1 2 3] [--threads 2] [--eval-every 50] [--fast-args k=v ...]
+
+Each run is `python -m lab.train +experiment=<preset> seed=<s>` with a TrainClock callback that sums the time
+spent in training steps only (data, forward, backward, optimizer; validation and checkpoints excluded, so the
+evaluation every --eval-every steps costs neither preset anything) and records, at every validation, the step,
+the training seconds so far and val/loss. The target is the baselines' mean final val/loss; for each fast run
+the step where its curve first reaches it (linear interpolation between validations) gives the steps, tokens
+and training seconds to the target. Prints one row per run, then mean and spread, and the time ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENS_PER_STEP = 12 * 64  # both presets: batch 12 x context 64
+
+
+class TrainClock(L.Callback):
+    """Training-step seconds so far and val/loss at every validation, one JSON line each, appended to `out`."""
+
+    def __init__(self, out: str):
+        self.out, self.seconds, self.t0 = Path(out), 0.0, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.seconds += time.perf_counter() - self.t0
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        row = {"step": trainer.global_step, "seconds": self.seconds, "loss": float(trainer.callback_metrics["val/loss"])}
+        with self.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def train(preset: str, seed: int, eval_every: int, threads: int, extra: list[str]) -> list[dict]:
+    """-> [{step, seconds, loss}] at every validation of one run."""
+    work = Path(tempfile.mkdtemp(prefix="time-to-loss-"))
+    out = work / "clock.jsonl"
+    args = [f"+experiment={preset}", f"seed={seed}", f"trainer.val_check_interval={eval_every}",
+            "logger.wandb.mode=disabled", "test=false", "callbacks.progress=null", "task.samples=null",
+            "callbacks.checkpoint.every_minutes=null", "+callbacks.clock._target_=benchmarks.time_to_loss.TrainClock",
+            f"+callbacks.clock.out={out}", *extra]
+    env = {**os.environ, "LAB_RUNS_DIR": str(work / "runs"), "OMP_NUM_THREADS": str(threads)}
+    subprocess.run([sys.executable, "-m", "lab.train", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def reach(curve: list[dict], target: float) -> tuple[float, float] | None:
+    """(step, training seconds) where the validation curve first reaches `target`, interpolated linearly
+    between the validation before and the one at or below it; None if it never does."""
+    prev = {"step": 0, "seconds": 0.0, "loss": float("inf")}
+    for row in curve:
+        if row["loss"] <= target:
+            if prev["loss"] == float("inf"):
+                return row["step"], row["seconds"]
+            w = (prev["loss"] - target) / (prev["loss"] - row["loss"])
+            return (prev["step"] + w * (row["step"] - prev["step"]), prev["seconds"] + w * (row["seconds"] - prev["seconds"]))
+        prev = row
+    return None
+
+
+def spread(values: list[float]) -> str:
+    mean = statistics.mean(values)
+    return f"{mean:.4g} (min {min(values):.4g}, max {max(values):.4g})" if len(values) > 1 else f"{mean:.4g}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--eval-every", type=int, default=50, help="validation interval of both presets (steps)")
+    ap.add_argument("--fast", default="gpt_nano_char_fast", help="the preset measured against gpt_nano_char")
+    ap.add_argument("--fast-args", nargs="*", default=[], help="overrides for the fast preset (tuning)")
+    ap.add_argument("--baseline-args", nargs="*", default=[], help="overrides for the baseline (e.g. a shorter run)")
+    args = ap.parse_args()
+    base, fast = {}, {}
+    for seed in args.seeds:  # back to back, seed by seed: slow drifts in the machine's load hit both alike
+        base[seed] = train("gpt_nano_char", seed, args.eval_every, args.threads, args.baseline_args)
+        fast[seed] = train(args.fast, seed, args.eval_every, args.threads, args.fast_args)
+        print(f"seed {seed}: baseline {base[seed][-1]['step']} steps, val/loss {base[seed][-1]['loss']:.4f}, "
+              f"{base[seed][-1]['seconds']:.1f} s | {args.fast}: val/loss {fast[seed][-1]['loss']:.4f} at step "
+              f"{fast[seed][-1]['step']}, {fast[seed][-1]['seconds']:.1f} s", flush=True)
+    target = statistics.mean(c[-1]["loss"] for c in base.values())
+    base_s = [c[-1]["seconds"] for c in base.values()]
+    base_steps = base[args.seeds[0]][-1]["step"]
+    print(f"\ntarget: the baseline's final val/loss, mean over {len(base)} seeds: {target:.4f}")
+    print(f"baseline: {base_steps} steps, {base_steps * TOKENS_PER_STEP:,} tokens, training seconds {spread(base_s)}, "
+          f"ms/step {spread([1000 * s / base_steps for s in base_s])}")
+    hits = {seed: reach(curve, target) for seed, curve in fast.items()}
+    for seed, hit in hits.items():
+        curve = fast[seed]
+        ms = 1000 * curve[-1]["seconds"] / curve[-1]["step"]
+        print(f"{args.fast} seed {seed}: " + (f"reached {target:.4f} at step {hit[0]:.0f} ({hit[0] * TOKENS_PER_STEP:,.0f} "
+              f"tokens), {hit[1]:.1f} training s; {ms:.2f} ms/step" if hit else f"never reached {target:.4f} "
+              f"(final {curve[-1]['loss']:.4f}); {ms:.2f} ms/step"))
+    reached = [h for h in hits.values() if h]
+    if len(reached) < len(hits):
+        print(f"{len(hits) - len(reached)} of {len(hits)} fast runs never reached the target")
+    if reached:
+        steps, seconds = [h[0] for h in reached], [h[1] for h in reached]
+        ratios = [h[1] / base[s][-1]["seconds"] for s, h in hits.items() if h]  # seed by seed (same load window)
+        print(f"{args.fast}: steps to target {spread(steps)}; training seconds {spread(seconds)}")
+        print(f"time ratio {args.fast} / baseline (seed by seed): {spread(ratios)}; of the means: "
+              f"{statistics.mean(seconds) / statistics.mean(base_s):.3f}; step ratio {statistics.mean(steps) / base_steps:.3f}")
+
+
+if __name__ == "__main__":
+    main()
