@@ -29,21 +29,23 @@ TOKENS_PER_STEP = 12 * 64  # both presets: batch 12 x context 64
 
 
 class TrainClock(L.Callback):
-    """Training-step seconds so far and val/loss at every validation, one JSON line each, appended to `out`."""
+    """Training-step seconds so far (wall, and this process's CPU seconds: on a shared machine the CPU time
+    moves less with the other processes' load) and val/loss at every validation, one JSON line each."""
 
     def __init__(self, out: str):
-        self.out, self.seconds, self.t0 = Path(out), 0.0, None
+        self.out, self.seconds, self.cpu_seconds, self.t0 = Path(out), 0.0, 0.0, (0.0, 0.0)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.t0 = time.perf_counter()
+        self.t0 = (time.perf_counter(), time.process_time())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.seconds += time.perf_counter() - self.t0
+        self.seconds += time.perf_counter() - self.t0[0]
+        self.cpu_seconds += time.process_time() - self.t0[1]
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
             return
-        row = {"step": trainer.global_step, "seconds": self.seconds, "loss": float(trainer.callback_metrics["val/loss"])}
+        row = {"step": trainer.global_step, "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "loss": float(trainer.callback_metrics["val/loss"])}
         with self.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
 

@@ -163,8 +163,11 @@ class MuonAdamW(Optimizer):
             decays = rest.get("weight_decay", weight_decay) != 0.0
             hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False)]
             others = [p for p in g["params"] if not getattr(p, "hidden_matrix", False)]
-            muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
-            adamw_groups.append({"params": others, **rest})
+            # no empty groups: torch.distributed.checkpoint (FSDP2) maps a saved group to this one's by its params
+            if hidden:
+                muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
+            if others:
+                adamw_groups.append({"params": others, **rest})
         n_muon = sum(p.numel() for g in muon_groups for p in g["params"])
         if not n_muon:
             raise LabError("task.optimizer=MuonAdamW found no hidden matrices (2-D weights inside lab.nn Blocks) "
