@@ -63,16 +63,14 @@ def train(preset: str, seed: int, eval_every: int, threads: int, extra: list[str
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def reach(curve: list[dict], target: float) -> tuple[float, float] | None:
-    """(step, training seconds) where the validation curve first reaches `target`, interpolated linearly
+def reach(curve: list[dict], target: float) -> dict | None:
+    """{step, seconds, cpu_seconds} where the validation curve first reaches `target`, interpolated linearly
     between the validation before and the one at or below it; None if it never does."""
-    prev = {"step": 0, "seconds": 0.0, "loss": float("inf")}
+    prev = {"step": 0, "seconds": 0.0, "cpu_seconds": 0.0, "loss": float("inf")}
     for row in curve:
         if row["loss"] <= target:
-            if prev["loss"] == float("inf"):
-                return row["step"], row["seconds"]
-            w = (prev["loss"] - target) / (prev["loss"] - row["loss"])
-            return (prev["step"] + w * (row["step"] - prev["step"]), prev["seconds"] + w * (row["seconds"] - prev["seconds"]))
+            w = 1.0 if prev["loss"] == float("inf") else (prev["loss"] - target) / (prev["loss"] - row["loss"])
+            return {k: prev[k] + w * (row[k] - prev[k]) for k in ("step", "seconds", "cpu_seconds")}
         prev = row
     return None
 
@@ -99,27 +97,31 @@ def main() -> None:
               f"{base[seed][-1]['seconds']:.1f} s | {args.fast}: val/loss {fast[seed][-1]['loss']:.4f} at step "
               f"{fast[seed][-1]['step']}, {fast[seed][-1]['seconds']:.1f} s", flush=True)
     target = statistics.mean(c[-1]["loss"] for c in base.values())
-    base_s = [c[-1]["seconds"] for c in base.values()]
-    base_steps = base[args.seeds[0]][-1]["step"]
-    print(f"\ntarget: the baseline's final val/loss, mean over {len(base)} seeds: {target:.4f}")
-    print(f"baseline: {base_steps} steps, {base_steps * TOKENS_PER_STEP:,} tokens, training seconds {spread(base_s)}, "
-          f"ms/step {spread([1000 * s / base_steps for s in base_s])}")
+    base_end = {seed: c[-1] for seed, c in base.items()}
+    steps = base[args.seeds[0]][-1]["step"]
+    print(f"\ntarget: the baseline's final val/loss, mean over {len(base)} seeds: {target:.4f} "
+          "(seeds: " + ", ".join(f"{e['loss']:.4f}" for e in base_end.values()) + ")")
+    print(f"baseline: {steps} steps, {steps * TOKENS_PER_STEP:,} tokens; training wall s "
+          f"{spread([e['seconds'] for e in base_end.values()])}; CPU s {spread([e['cpu_seconds'] for e in base_end.values()])}")
     hits = {seed: reach(curve, target) for seed, curve in fast.items()}
     for seed, hit in hits.items():
-        curve = fast[seed]
-        ms = 1000 * curve[-1]["seconds"] / curve[-1]["step"]
-        print(f"{args.fast} seed {seed}: " + (f"reached {target:.4f} at step {hit[0]:.0f} ({hit[0] * TOKENS_PER_STEP:,.0f} "
-              f"tokens), {hit[1]:.1f} training s; {ms:.2f} ms/step" if hit else f"never reached {target:.4f} "
-              f"(final {curve[-1]['loss']:.4f}); {ms:.2f} ms/step"))
-    reached = [h for h in hits.values() if h]
+        end = fast[seed][-1]
+        per_step = f"{1000 * end['seconds'] / end['step']:.1f} ms/step wall vs the baseline's " \
+                   f"{1000 * base_end[seed]['seconds'] / steps:.1f}"
+        print(f"{args.fast} seed {seed}: " + (f"reached {target:.4f} at step {hit['step']:.0f} "
+              f"({hit['step'] * TOKENS_PER_STEP:,.0f} tokens), {hit['seconds']:.1f} training wall s, "
+              f"{hit['cpu_seconds']:.1f} CPU s; {per_step}" if hit else
+              f"never reached {target:.4f} (final {end['loss']:.4f}); {per_step}"))
+    reached = {seed: h for seed, h in hits.items() if h}
     if len(reached) < len(hits):
         print(f"{len(hits) - len(reached)} of {len(hits)} fast runs never reached the target")
     if reached:
-        steps, seconds = [h[0] for h in reached], [h[1] for h in reached]
-        ratios = [h[1] / base[s][-1]["seconds"] for s, h in hits.items() if h]  # seed by seed (same load window)
-        print(f"{args.fast}: steps to target {spread(steps)}; training seconds {spread(seconds)}")
-        print(f"time ratio {args.fast} / baseline (seed by seed): {spread(ratios)}; of the means: "
-              f"{statistics.mean(seconds) / statistics.mean(base_s):.3f}; step ratio {statistics.mean(steps) / base_steps:.3f}")
+        print(f"{args.fast} to the target: steps {spread([h['step'] for h in reached.values()])} "
+              f"(x{statistics.mean(h['step'] for h in reached.values()) / steps:.3f} the baseline's)")
+        for key, what in (("seconds", "training wall time"), ("cpu_seconds", "training CPU time")):
+            ratios = [h[key] / base_end[seed][key] for seed, h in reached.items()]  # seed by seed: same load window
+            print(f"{what} ratio {args.fast} / baseline: seed by seed {spread(ratios)}; of the means "
+                  f"{statistics.mean(h[key] for h in reached.values()) / statistics.mean(e[key] for e in base_end.values()):.3f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ from lab.errors import LabError
 log = logging.getLogger("lab")
 
 
+def linear_warmup(step: int, warmup_steps: int) -> float:
+    """The factor at 0-based optimizer step `step` < warmup_steps: 1/warmup at the first step, 1 at the last."""
+    return (step + 1) / warmup_steps
+
+
 class WarmupCosine(LRScheduler):
     """Linear warmup from 0 to each group's lr over warmup_steps, then cosine decay to min_lr at total_steps;
     min_lr after. The decay is one segment, from factor `decay_from` at step `decay_start` (1.0 at warmup_steps
@@ -34,7 +39,7 @@ class WarmupCosine(LRScheduler):
     def factor(self, step: int) -> float:
         """lr / the optimizer's lr at `step` (0-based optimizer steps)."""
         if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+            return linear_warmup(step, self.warmup_steps)
         base = self.base_lrs[0]
         floor = self.min_lr / base if base > 0 else 0.0
         progress = min(1.0, (step - self.decay_start) / max(1, self.total_steps - self.decay_start))
@@ -103,7 +108,7 @@ class WarmupStableDecay(LRScheduler):
     def factor(self, step: int) -> float:
         """lr / the optimizer's lr at `step` (0-based optimizer steps)."""
         if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+            return linear_warmup(step, self.warmup_steps)
         base = self.base_lrs[0]
         floor = self.min_lr / base if base > 0 else 0.0
         decay_steps = max(1, round(self.decay_fraction * self.total_steps))
