@@ -2,6 +2,8 @@
 (the speedrun recipe; same data, split, tokenizer, batch and evaluation), trained back to back, seed by seed.
 
     python benchmarks/time_to_loss.py [--seeds 1 2 3] [--threads 2] [--eval-every 50] [--fast-args k=v ...]
+                                      [--curves DIR]   # keep every run's curve as DIR/<preset>_seed<s>.jsonl
+    python benchmarks/time_to_loss.py --curves DIR --report-only --seeds 1 2 3   # the report from kept curves
 
 Each run is `python -m lab.train +experiment=<preset> seed=<s>` with a TrainClock callback that sums the time
 spent in training steps only (data, forward, backward, optimizer; validation and checkpoints excluded, so the
@@ -87,12 +89,25 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50, help="validation interval of both presets (steps)")
     ap.add_argument("--fast", default="gpt_nano_char_fast", help="the preset measured against gpt_nano_char")
     ap.add_argument("--fast-args", nargs="*", default=[], help="overrides for the fast preset (tuning)")
+    ap.add_argument("--curves", type=Path, default=None, help="directory for each run's curve (JSON lines)")
+    ap.add_argument("--report-only", action="store_true", help="train nothing: report the curves kept in --curves")
     ap.add_argument("--baseline-args", nargs="*", default=[], help="overrides for the baseline (e.g. a shorter run)")
     args = ap.parse_args()
     base, fast = {}, {}
+
+    def curve(preset: str, seed: int, extra: list[str]) -> list[dict]:
+        kept = args.curves / f"{preset}_seed{seed}.jsonl" if args.curves else None
+        if args.report_only:
+            return [json.loads(line) for line in kept.read_text().splitlines()]
+        rows = train(preset, seed, args.eval_every, args.threads, extra)
+        if kept:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+
     for seed in args.seeds:  # back to back, seed by seed: slow drifts in the machine's load hit both alike
-        base[seed] = train("gpt_nano_char", seed, args.eval_every, args.threads, args.baseline_args)
-        fast[seed] = train(args.fast, seed, args.eval_every, args.threads, args.fast_args)
+        base[seed] = curve("gpt_nano_char", seed, args.baseline_args)
+        fast[seed] = curve(args.fast, seed, args.fast_args)
         print(f"seed {seed}: baseline {base[seed][-1]['step']} steps, val/loss {base[seed][-1]['loss']:.4f}, "
               f"{base[seed][-1]['seconds']:.1f} s | {args.fast}: val/loss {fast[seed][-1]['loss']:.4f} at step "
               f"{fast[seed][-1]['step']}, {fast[seed][-1]['seconds']:.1f} s", flush=True)
