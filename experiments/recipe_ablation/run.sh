@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The recipe ablation: gpt_nano_char_fast (conf/experiment/gpt_nano_char_fast.yaml) with one change removed at a
 # time (STUDY=remove, the default), or gpt_nano_char (the nanoGPT baseline) with one change added at a time
-# (STUDY=add); every run sequential, seeds outermost so a partial study still has every variant once. The
-# metric is test/loss: the held-out plays after the last step (val/loss is last measured at step 499 of 600).
+# (STUDY=add); every run sequential, seeds outermost so a partial study still has every variant once.
 # Usage: bash experiments/recipe_ablation/run.sh [seed ...]          (default 1 2 3); ends with lab.report.
 #        STUDY=add bash experiments/recipe_ablation/run.sh 1 2 3
 #        VARIANTS="fast no_muon" bash experiments/recipe_ablation/run.sh 1    (a subset)
@@ -54,4 +53,4 @@ for seed in "${SEEDS[@]}"; do
 done
 # the base variant's runs first: lab.report measures every other variant against the first
 [ -n "${NO_REPORT:-}" ] || $PY -m lab.report "$RUNS"/recipe_$STUDY/$BASE/seed*/* \
-  $(ls -d "$RUNS"/recipe_$STUDY/*/seed*/*/ | grep -v "/$BASE/") --out "$RUNS/recipe_$STUDY" --metric test/loss
+  $(ls -d "$RUNS"/recipe_$STUDY/*/seed*/*/ | grep -v "/$BASE/") --out "$RUNS/recipe_$STUDY" --metric val/loss
