@@ -173,24 +173,23 @@ class MuonAdamW(Optimizer):
                 muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
             if others:
                 adamw_groups.append({"params": others, **rest})
-        n_muon = sum(p.numel() for g in muon_groups for p in g["params"])
-        if not n_muon:
-            raise LabError("task.optimizer=MuonAdamW found no hidden matrices (2-D weights inside lab.nn Blocks) "
-                             "to give Muon; use task.optimizer._target_=torch.optim.AdamW for this model")
+        if not muon_groups:
+            raise LabError("task.optimizer: MuonAdamW found no hidden matrices (2-D weights inside lab.nn Blocks) to "
+                           "give Muon; drop +task/optimizer=muon so that AdamW trains this model")
         self.muon = torch.optim.Muon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
                                      adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay)
         self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         # the inner optimizers' own group dicts: a schedule that scales self.param_groups scales theirs
         super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
         self._share()
-        counts = [(sum(p.numel() for p in g["params"]), len(g["params"]), g["weight_decay"])
-                  for g in self.param_groups]
-        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices (%d params; weight decay %s); "
-                 "AdamW (lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
-                 muon_lr, momentum, sum(c[1] for c in counts[:len(muon_groups)]), n_muon,
-                 "/".join(f"{c[2]:g}" for c in counts[:len(muon_groups)]), lr,
-                 sum(c[1] for c in counts[len(muon_groups):]), sum(c[0] for c in counts[len(muon_groups):]),
-                 "/".join(f"{c[2]:g}" for c in counts[len(muon_groups):]))
+
+        def split(groups: list[dict]) -> tuple[int, int, str]:  # tensors, parameters, weight decay per group
+            return (sum(len(g["params"]) for g in groups), sum(p.numel() for g in groups for p in g["params"]),
+                    "/".join(f"{g['weight_decay']:g}" for g in groups))
+
+        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices (%d params; weight decay %s); AdamW "
+                 "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
+                 muon_lr, momentum, *split(self.muon.param_groups), lr, *split(self.adamw.param_groups))
 
     def _share(self) -> None:
         """Point the inner optimizers at this one's groups and state (after construction and after a load)."""
