@@ -93,7 +93,7 @@ MUTANTS = [
     ("padding counted in the translation loss", "lab/tasks/translation.py",
      "ignore_index=pad_id, label_smoothing=smoothing)", "label_smoothing=smoothing)", ["tests/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
     ("warmup starts one step late", "lab/tasks/optim.py",
-     "return (step + 1) / self.warmup_steps", "return step / self.warmup_steps", ["tests/test_tasks.py"]),
+     "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/test_tasks.py"]),
     ("biases get weight decay", "lab/tasks/base.py",
      "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/test_tasks.py"]),
     ("resume forgets the dropout random state", "lab/tasks/base.py",

@@ -91,6 +91,15 @@ def test_resumed_run_continues_the_uninterrupted_curve(tmp_path, case, accum):
     assert_same_curve(full, resumed, (stop - 1) // every * every, steps)
 
 
+def test_resumed_muon_run_continues_the_uninterrupted_curve(tmp_path):
+    """MuonAdamW (momentum buffers and AdamW moments in one state) with the warmup-stable-decay schedule, the
+    decay under way at the interruption: the same curve step for step."""
+    args = [*LM, "+task/optimizer=muon", "task.scheduler._target_=lab.tasks.optim.warmup_stable_decay",
+            "+task.scheduler.decay_fraction=0.75"]
+    full, resumed = interrupted_and_resumed(tmp_path, args, 12, 4, 6, accum=1)
+    assert_same_curve(full, resumed, 4, 12)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["lm", "classifier"])
 def test_resumed_ddp_run_continues_the_uninterrupted_curve(tmp_path, case):

@@ -4,24 +4,33 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, init_weights
+from lab.nn import Embeddings, KVCache, SoftCap, TransformerConfig, TransformerStack, init_weights
 
 
 class GPT(nn.Module):
-    """Token + position embedding -> causal transformer stack -> linear head over the vocabulary."""
+    """Token + position embedding -> causal transformer stack -> linear head over the vocabulary
+    (-> optional logit soft-cap)."""
 
-    def __init__(self, vocab_size: int, init_from: str | None = None, **arch):
+    def __init__(self, vocab_size: int, init_from: str | None = None, logit_softcap: float | None = None,
+                 zero_init_proj: bool = False, **arch):
         """init_from: a Hugging Face model directory whose weights the task loads before training (stored here
-        so the run's config records where the weights came from)."""
+        so the run's config records where the weights came from).
+        logit_softcap: logits -> cap * tanh(logits / cap) (lab.nn.SoftCap); None: raw logits.
+        zero_init_proj: the residual output projections, and the head when untied, start at zero
+        (modded-nanogpt): the model starts as a uniform predictor whose blocks are identities.
+        arch: lab.nn.TransformerConfig fields."""
         super().__init__()
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
         self.vocab_size, self.init_from = vocab_size, init_from
         self.embed = Embeddings(vocab_size, cfg)
         self.decoder = TransformerStack(cfg, causal=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
-        init_weights(self, cfg.init_std, cfg.n_layers)
+        self.softcap = SoftCap(logit_softcap) if logit_softcap is not None else None
+        init_weights(self, cfg.init_std, cfg.n_layers, zero_residual_proj=zero_init_proj)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.lm_head.weight = self.embed.tokens.weight
+        elif zero_init_proj:
+            nn.init.zeros_(self.lm_head.weight)
 
     @property
     def max_seq_len(self) -> int:
@@ -33,4 +42,5 @@ class GPT(nn.Module):
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """ids: [B, T] -> logits [B, T, V]. With caches, ids continue the cached sequence."""
         start = caches[0].length if caches is not None else 0
-        return self.lm_head(self.decoder(self.embed(ids, start), caches=caches))
+        logits = self.lm_head(self.decoder(self.embed(ids, start), caches=caches))
+        return logits if self.softcap is None else self.softcap(logits)

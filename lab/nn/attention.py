@@ -68,7 +68,9 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
         cross: bool = False,
+        qk_norm: tuple[nn.Module, nn.Module] | None = None,
     ):
+        """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none."""
         super().__init__()
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.cross = cross
@@ -80,11 +82,16 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj.is_residual_proj = True
         self.rotary = None if cross else rotary  # source and target positions are unrelated
+        self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
         self.dropout = dropout
 
     def _heads(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
         B, T, _ = x.shape  # [B, T, n*D] -> n x [B, H, T, hd]
         return x.view(B, T, n, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    @staticmethod
+    def _norm(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:  # [B, H, T, hd], over hd
+        return x if norm is None else norm(x)
 
     def forward(
         self,
@@ -98,14 +105,17 @@ class MultiHeadAttention(nn.Module):
         B, T, D = x.shape
         if self.cross:
             (q,) = self._heads(self.q_proj(x), 1)
+            q = self._norm(q, self.q_norm)
             if cache is not None and cache.length:
-                k, v = cache.view()  # encoder memory projected once per source sentence
+                k, v = cache.view()  # encoder memory projected (and normalised) once per source sentence
             else:
                 k, v = self._heads(self.kv_proj(memory), 2)
+                k = self._norm(k, self.k_norm)
                 if cache is not None:
                     k, v = cache.append(k, v)
         else:
             q, k, v = self._heads(self.qkv_proj(x), 3)
+            q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)  # cached keys are stored normalised
             start = cache.length if cache is not None else 0
             if self.rotary is not None:
                 q, k = self.rotary(q, start), self.rotary(k, start)

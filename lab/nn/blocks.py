@@ -10,7 +10,7 @@ from torch import nn
 from lab.nn.attention import KVCache, MultiHeadAttention
 from lab.nn.config import ConfigError, TransformerConfig
 from lab.nn.ffn import make_ffn
-from lab.nn.norms import make_norm
+from lab.nn.norms import RMSNorm, make_norm
 from lab.nn.positions import LearnedPositions, RotaryEmbedding, make_absolute_positions
 
 
@@ -77,7 +77,10 @@ def make_feed_forward(cfg: TransformerConfig, layer: int = 0, causal: bool = Tru
 def make_block(
     cfg: TransformerConfig, rotary: RotaryEmbedding | None, cross_attention: bool, layer: int = 0, causal: bool = True
 ) -> Block:
-    attn = lambda cross: MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross)  # noqa: E731
+    def attn(cross: bool) -> MultiHeadAttention:
+        qk_norm = (RMSNorm(cfg.head_dim), RMSNorm(cfg.head_dim)) if cfg.qk_norm else None
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm)
+
     n_sublayers = 3 if cross_attention else 2
     return Block(
         self_attn=attn(False),
@@ -162,16 +165,41 @@ class Embeddings(nn.Module):
         return F.dropout(x, self.dropout) if self.dropout and self.training else x
 
 
-def init_weights(module: nn.Module, std: float, n_residual_layers: int) -> None:
+def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The weights of the linear layers inside Blocks (attention and FFN projections, MoE routers): the hidden
+    matrices that Muon is meant for; embeddings, heads, norms and biases are not among them."""
+    return [m.weight for b in model.modules() if isinstance(b, Block) for m in b.modules() if isinstance(m, nn.Linear)]
+
+
+class SoftCap(nn.Module):
+    """cap * tanh(x / cap) (Gemma 2; modded-nanogpt's logits): smooth, ~identity for |x| << cap, bounded by cap,
+    so no logit can run away early in training."""
+
+    def __init__(self, cap: float):
+        super().__init__()
+        if not cap > 0:
+            raise ConfigError(f"logit soft-cap must be positive, got {cap}; set model.logit_softcap=null to turn it off")
+        self.cap = float(cap)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cap * torch.tanh(x / self.cap)
+
+    def extra_repr(self) -> str:
+        return f"cap={self.cap}"
+
+
+def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_residual_proj: bool = False) -> None:
     """GPT-2 init: N(0, std) everywhere, residual output projections N(0, std/sqrt(2L)) so the residual
-    stream's variance does not grow with depth; zero biases."""
+    stream's variance does not grow with depth; zero biases. zero_residual_proj: those projections start at
+    zero instead (modded-nanogpt), so every block starts as the identity and learns its way in."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
-            scale = math.sqrt(2 * n_residual_layers) if getattr(m, "is_residual_proj", False) else 1.0
-            nn.init.normal_(m.weight, mean=0.0, std=std / scale)
+            residual = getattr(m, "is_residual_proj", False)
+            scale = math.sqrt(2 * n_residual_layers) if residual else 1.0
+            nn.init.normal_(m.weight, mean=0.0, std=0.0 if residual and zero_residual_proj else std / scale)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, (nn.Embedding, LearnedPositions)):
             nn.init.normal_(m.weight, mean=0.0, std=std)
         elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
-            m.init_parameters(std, std / math.sqrt(2 * n_residual_layers))
+            m.init_parameters(std, 0.0 if zero_residual_proj else std / math.sqrt(2 * n_residual_layers))

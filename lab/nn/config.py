@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
-FFN_KINDS = ("relu", "gelu", "swiglu")
+FFN_KINDS = ("relu", "gelu", "swiglu", "relu_squared")
 
 
 @dataclass
@@ -45,7 +45,7 @@ class TransformerConfig:
     positions: str = "learned"
     """learned | sinusoidal (added to embeddings) | rotary (applied to queries/keys) | none."""
     ffn: str = "gelu"
-    """relu | gelu | swiglu."""
+    """relu | gelu | swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
     max_seq_len: int = 256
     """Longest sequence the position tables and KV caches hold."""
     tie_embeddings: bool = True
@@ -56,6 +56,9 @@ class TransformerConfig:
     """Normalise the summed token + position embeddings (a `norm` layer) before the first block, as BERT does."""
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
+    qk_norm: bool = False
+    """RMS-normalise each head's queries and keys (learned gain per head dim) before rotary and the dot product
+    (Dehghani et al. 2023; OLMo 2): attention logits stay bounded, so higher learning rates train stably."""
     moe: dict[str, Any] | None = None
     """Mixture-of-experts settings replacing the dense FFN (fields: lab.nn.moe.MoEConfig); None for dense."""
 
@@ -68,6 +71,9 @@ class TransformerConfig:
         check("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         check("positions", self.positions, POSITIONS)
         check("ffn", self.ffn, FFN_KINDS)
+        if self.ffn == "relu_squared" and self.moe:
+            raise ConfigError("model.ffn=relu_squared is for dense FFNs; the experts support relu, gelu and swiglu: "
+                              "set model.ffn=gelu (or model.moe=null)")
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"model.{name} must be a positive integer, got {getattr(self, name)}")

@@ -6,16 +6,28 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class ReLUSquared(nn.Module):
+    """relu(x)^2 (So et al. 2021, "Primer"; modded-nanogpt): as cheap as relu, sparse, and it trains faster
+    than gelu at equal width in their searches."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x).square()
+
+
+# tanh-approximate GELU, as GPT-2 uses: 5x cheaper than erf on CPU, same curve to 1e-3
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": lambda: nn.GELU(approximate="tanh"), "relu_squared": ReLUSquared}
+
+
 class FeedForward(nn.Module):
-    """Two-layer MLP: down(act(up(x))). relu is the original Transformer, gelu is GPT-2/BERT."""
+    """Two-layer MLP: down(act(up(x))). relu is the original Transformer, gelu is GPT-2/BERT, relu_squared is
+    Primer's."""
 
     def __init__(self, dim: int, hidden: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
         super().__init__()
         self.up = nn.Linear(dim, hidden, bias=bias)
         self.down = nn.Linear(hidden, dim, bias=bias)
         self.down.is_residual_proj = True
-        # tanh-approximate GELU, as GPT-2 uses: 5x cheaper than erf on CPU, same curve to 1e-3
-        self.act = nn.ReLU() if activation == "relu" else nn.GELU(approximate="tanh")
+        self.act = ACTIVATIONS[activation]()
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from lab.nn import ConfigError
+from lab.nn import ConfigError, hidden_matrices
 from lab.nn.parallel import fully_shard_blocks
 from lab.nn.params import count_parameters
 
@@ -89,6 +89,8 @@ class Task(L.LightningModule):
         self.lab_metadata: dict[str, Any] = {}  # resolved config + tokenizer, set by the entry point
 
     def configure_optimizers(self):
+        for p in hidden_matrices(self.model):  # lab.tasks.optim.MuonAdamW's share; other optimizers ignore it
+            p.hidden_matrix = True
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p.dim() >= 2 and not getattr(p, "no_weight_decay", False) for p in params]
         groups = [

@@ -1,9 +1,10 @@
-"""Learning-rate schedules (configs use them with `_partial_: true`; the task passes the optimizer).
+"""Optimizers and learning-rate schedules (schedule configs use them with `_partial_: true`; the task passes the optimizer).
 
-Resuming with another length (trainer.max_steps, hence total_steps) never makes the learning rate jump: the
-schedule keeps its state in the checkpoint and, at the step it resumes from, the cosine decay restarts from
-the learning rate reached and ends at min_lr at the new total_steps (WarmupCosine.load_state_dict says so in
-one line). A schedule that had already reached min_lr stays there.
+Resuming with another length (trainer.max_steps, hence total_steps) never makes the cosine schedule's learning
+rate jump: the schedule keeps its state in the checkpoint and, at the step it resumes from, the cosine decay
+restarts from the learning rate reached and ends at min_lr at the new total_steps (WarmupCosine.load_state_dict
+says so in one line). A schedule that had already reached min_lr stays there. WarmupStableDecay follows the new
+plan (its decay is the last steps of whatever the run's length is) and says so in one line.
 """
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ import logging
 import math
 from typing import Any
 
+import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
+from lab.errors import LabError
+
 log = logging.getLogger("lab")
+
+
+def linear_warmup(step: int, warmup_steps: int) -> float:
+    """The factor at 0-based optimizer step `step` < warmup_steps: 1/warmup at the first step, 1 at the last."""
+    return (step + 1) / warmup_steps
 
 
 class WarmupCosine(LRScheduler):
@@ -30,7 +39,7 @@ class WarmupCosine(LRScheduler):
     def factor(self, step: int) -> float:
         """lr / the optimizer's lr at `step` (0-based optimizer steps)."""
         if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+            return linear_warmup(step, self.warmup_steps)
         base = self.base_lrs[0]
         floor = self.min_lr / base if base > 0 else 0.0
         progress = min(1.0, (step - self.decay_start) / max(1, self.total_steps - self.decay_start))
@@ -79,3 +88,125 @@ def inverse_sqrt(optimizer: Optimizer, warmup_steps: int) -> LambdaLR:
         warmup_steps: optimizer steps of linear warmup to the optimizer's lr, and the decay's time scale.
     """
     return LambdaLR(optimizer, lambda step: min((step + 1) / warmup_steps, math.sqrt(warmup_steps / (step + 1))))
+
+
+class WarmupStableDecay(LRScheduler):
+    """Warmup-stable-decay (Hu et al. 2024, "MiniCPM"; modded-nanogpt's schedule): linear warmup from 0 to each
+    group's lr over warmup_steps, the full lr until the last `decay_fraction` of total_steps, then a linear decay
+    to min_lr at total_steps; min_lr after. As in WarmupCosine, min_lr is the first group's; every group ends at
+    the same fraction of its own lr (MuonAdamW's Muon and AdamW lrs differ by 20x)."""
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0,
+                 decay_fraction: float = 0.2):
+        if not 0.0 < decay_fraction <= 1.0:
+            raise LabError(f"task.scheduler.decay_fraction must be in (0, 1], got {decay_fraction}; "
+                           "e.g. task.scheduler.decay_fraction=0.2")
+        self.warmup_steps, self.total_steps = int(warmup_steps), int(total_steps)
+        self.min_lr, self.decay_fraction = float(min_lr), float(decay_fraction)
+        super().__init__(optimizer)
+
+    def factor(self, step: int) -> float:
+        """lr / the optimizer's lr at `step` (0-based optimizer steps)."""
+        if step < self.warmup_steps:
+            return linear_warmup(step, self.warmup_steps)
+        base = self.base_lrs[0]
+        floor = self.min_lr / base if base > 0 else 0.0
+        decay_steps = max(1, round(self.decay_fraction * self.total_steps))
+        progress = min(1.0, max(0.0, (step - (self.total_steps - decay_steps)) / decay_steps))
+        return 1.0 + (floor - 1.0) * progress
+
+    def get_lr(self) -> list[float]:
+        return [base * self.factor(self.last_epoch) for base in self.base_lrs]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the saved schedule; a run configured with another total_steps follows its own plan, which moves
+        the decay: one line says so, with the lr factor before and after (a jump only if the decay had begun)."""
+        planned = self.total_steps
+        super().load_state_dict(state_dict)
+        if planned != self.total_steps:
+            step, before = self.last_epoch, self.factor(self.last_epoch)
+            old, self.total_steps = self.total_steps, planned
+            log.info("lr schedule: total_steps %d -> %d at step %d: the decay moves to the new plan's last %d steps; "
+                     "lr factor %.3g -> %.3g", old, planned, step, max(1, round(self.decay_fraction * planned)),
+                     before, self.factor(step))
+
+
+def warmup_stable_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0,
+                        decay_fraction: float = 0.2) -> WarmupStableDecay:
+    """Linear warmup to each group's lr, constant, then a linear decay to min_lr over the last steps (WSD).
+
+    Args:
+        warmup_steps: optimizer steps of linear warmup from 0 to the optimizer's lr.
+        total_steps: the step at which the decay reaches min_lr (trainer.max_steps).
+        min_lr: the learning rate at and after total_steps (of the first parameter group; the others end at
+            the same fraction of their lr).
+        decay_fraction: share of total_steps, at the end, over which the lr decays linearly.
+    """
+    return WarmupStableDecay(optimizer, warmup_steps, total_steps, min_lr, decay_fraction)
+
+
+class MuonAdamW(Optimizer):
+    """Muon (torch.optim.Muon) for the hidden matrices, AdamW for everything else, as one optimizer: one state,
+    one checkpoint entry, one list of param_groups that the schedule scales (Muon's groups first).
+
+    The split is Muon's documented one: Muon orthogonalises 2-D updates, which suits the hidden layers'
+    matrices (attention and FFN projections inside lab.nn Blocks, marked `hidden_matrix` by lab.tasks.base);
+    embeddings, output heads, norm gains and biases train with AdamW. The task passes its two weight-decay
+    groups; each is split again, so the Muon and AdamW parts keep the task's no-decay rule.
+
+    lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
+    keeps them); muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
+                 weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+                 ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0):
+        groups = [g if isinstance(g, dict) else {"params": [g]} for g in params]
+        muon_groups, adamw_groups = [], []
+        for g in groups:
+            rest = {k: v for k, v in g.items() if k != "params"}
+            decays = rest.get("weight_decay", weight_decay) != 0.0
+            hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False)]
+            others = [p for p in g["params"] if not getattr(p, "hidden_matrix", False)]
+            # no empty groups: torch.distributed.checkpoint (FSDP2) maps a saved group to this one's by its params
+            if hidden:
+                muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
+            if others:
+                adamw_groups.append({"params": others, **rest})
+        if not muon_groups:
+            raise LabError("task.optimizer: MuonAdamW found no hidden matrices (2-D weights inside lab.nn Blocks) to "
+                           "give Muon; drop +task/optimizer=muon so that AdamW trains this model")
+        self.muon = torch.optim.Muon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+                                     adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay)
+        self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        # the inner optimizers' own group dicts: a schedule that scales self.param_groups scales theirs
+        super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
+        self._share()
+
+        def split(groups: list[dict]) -> tuple[int, int, str]:  # tensors, parameters, weight decay per group
+            return (sum(len(g["params"]) for g in groups), sum(p.numel() for g in groups for p in g["params"]),
+                    "/".join(f"{g['weight_decay']:g}" for g in groups))
+
+        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices (%d params; weight decay %s); AdamW "
+                 "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
+                 muon_lr, momentum, *split(self.muon.param_groups), lr, *split(self.adamw.param_groups))
+
+    def _share(self) -> None:
+        """Point the inner optimizers at this one's groups and state (after construction and after a load)."""
+        n = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = self.param_groups[:n], self.param_groups[n:]
+        self.muon.state = self.adamw.state = self.state  # disjoint parameters: one dict holds both
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)  # replaces self.state and self.param_groups with new objects
+        self._share()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss

@@ -68,10 +68,16 @@ def as_typed(override: str, model_keys) -> str:
     return "+" + override if model_keys is not None and "=" in override and key not in model_keys else override
 
 
+def lab_only(model) -> list[str]:
+    """Options of lab's that no exported family computes (every family needs them off)."""
+    missing = ["model.qk_norm=false"] if model.cfg.qk_norm else []
+    return missing + (["model.logit_softcap=null"] if getattr(model, "softcap", None) is not None else [])
+
+
 def pick_family(model, families, model_keys=None):
     problems = {}
     for name, family in families:
-        missing = family.check(model)
+        missing = family.check(model) + lab_only(model)
         if not missing:
             return name, family
         problems[name] = [as_typed(m, model_keys) for m in missing]
