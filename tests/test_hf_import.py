@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from test_export import CASES, MARIAN_LAYOUT, PAIRS, SPECIALS, TEXT, _model, _perturbed, _tokenizer
@@ -276,3 +277,38 @@ def test_a_missing_shard_is_one_error(bpe, tmp_path):
     shards[-1].unlink()
     with pytest.raises(LabError, match=f"lacks the shard\\(s\\) {shards[-1].name} its model.safetensors.index.json names"):
         load(out)
+
+
+def test_an_lm_fine_tunes_from_a_transformers_gpt2_with_its_tokenizer(bpe, tmp_path):
+    """data.tokenizer_from=<GPT-2 dir>: the corpus is encoded by the directory's tokenizer (not a trained one), so
+    model.init_from=<same dir> passes the vocabulary check and the imported LM's logits on the data's own windows
+    are transformers'. Without tokenizer_from, lab trains its own tokenizer and init_from refuses it."""
+    from lab.data.corpora import TextFiles
+    from lab.data.lm import LMDataModule
+    from lab.models.gpt import GPT
+    from lab.runtime.hf.importing import init_from
+
+    hf = _randomised(transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=bpe.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64, activation_function="gelu_new")))
+    out = _save(hf, bpe, tmp_path / "gpt2")
+    text = tmp_path / "corpus.txt"
+    text.write_text((TEXT + "\n") * 40)
+
+    def data(**given):
+        dm = LMDataModule(TextFiles([str(text)]), block_size=32, batch_size=2, cache_dir=str(tmp_path / "cache"), **given)
+        dm.prepare_data()
+        dm.setup()
+        return dm
+
+    dm = data(tokenizer_from=str(out))
+    assert np.asarray(dm.train_tokens)[:60].tolist() == bpe.encode((TEXT + "\n") * 2)[:60]
+    imported = load(out)
+    model = GPT(dm.vocab["vocab_size"], **{k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"})
+    init_from(model, str(out), {"tokenizer": dm.tokenizer.to_json()})
+    window = torch.from_numpy(np.asarray(dm.train_tokens)[:32].astype(np.int64))[None]
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(window), hf(window).logits, atol=1e-4, rtol=0)
+    own = data(tokenizer="bpe", vocab_size=280)  # the corpus's own tokenizer: another vocabulary
+    with pytest.raises(LabError, match=f"the data's tokenizer is not the model's.*data.tokenizer_from={out}"):
+        init_from(GPT(own.vocab["vocab_size"], **{k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"}),
+                  str(out), {"tokenizer": own.tokenizer.to_json()})

@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.reading import DataReport
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, prepare, tokenizer_sample
-from lab.data.stream import CHUNK
-from lab.data.tokenizers import load_or_train, tokenizer_from_json
+from lab.data.stream import CHUNK, content_hash
+from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -59,6 +59,8 @@ class LMDataModule(L.LightningDataModule):
     eval_stride: the test pass scores every test token once in windows of block_size tokens moved by
     eval_stride (null: block_size // 2), so each scored token has at least block_size - eval_stride of context.
     verify: stat (the cache key is each file's name, size and modification time) | content (its bytes' hash).
+    tokenizer_from: a Hugging Face model directory whose tokenizer.json encodes the corpus instead of a trained
+    one (fine-tuning an imported model: model.init_from=<the same dir>); tokenizer and vocab_size are then unused.
     """
     shards_batches = True  # step_ordered_sampler gives each rank its share of every global batch
 
@@ -76,6 +78,7 @@ class LMDataModule(L.LightningDataModule):
         tokenizer_sample_mb: float | None = 100,
         eval_stride: int | None = None,
         verify: str = "stat",
+        tokenizer_from: str | None = None,
     ):
         super().__init__()
         self.corpus, self.tokenizer_kind, self.vocab_size_setting = corpus, tokenizer, vocab_size
@@ -83,6 +86,7 @@ class LMDataModule(L.LightningDataModule):
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
         self.eval_stride, self.verify = eval_stride or max(1, block_size // 2), verify
+        self.tokenizer_from = None if tokenizer_from is None else Path(tokenizer_from).expanduser()
         self.tokenizer = None
         self._dir: Path | None = None
 
@@ -90,6 +94,8 @@ class LMDataModule(L.LightningDataModule):
         files = self.corpus.files(self.cache_dir)
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes
         key = f"{self.corpus.key(files, self.verify)}|{self.tokenizer_kind}|{self.vocab_size_setting}|{sample}"
+        if self.tokenizer_from is not None:  # the given tokenizer's own bytes, not its directory's name
+            key = f"{self.corpus.key(files, self.verify)}|from:{content_hash(self._given_tokenizer_file())}"
         return self.cache_dir / "lm" / hashlib.sha256(key.encode()).hexdigest()[:16], files
 
     def prepare_data(self) -> None:
@@ -97,10 +103,26 @@ class LMDataModule(L.LightningDataModule):
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes  # a sampled char set would drop text
 
         def make_tokenizer(path: Path):
+            if self.tokenizer_from is not None:
+                tok = tokenizer_from_hf_dir(self.tokenizer_from)
+                if tok.token_id(EOS) is None:
+                    raise DataError(f"data.tokenizer_from={self.tokenizer_from}: its tokenizer has no {EOS} token, which "
+                                    "lab puts between documents; give a GPT-2-style tokenizer (lab's LM exports have it)")
+                path.write_text(tok.to_json())
+                return tok
             return load_or_train(path, self.tokenizer_kind, tokenizer_sample(files, sample), [EOS], self.vocab_size_setting)
 
         settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
+        if self.tokenizer_from is not None:
+            settings = {"tokenizer_from": str(self.tokenizer_from)}
         prepare(out, files, make_tokenizer, EOS, settings)
+
+    def _given_tokenizer_file(self) -> Path:
+        file = self.tokenizer_from / "tokenizer.json"
+        if not file.is_file():
+            raise DataError(f"data.tokenizer_from={self.tokenizer_from} has no tokenizer.json; give a Hugging Face model "
+                            "directory (config.json, model.safetensors, tokenizer.json)")
+        return file
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:

@@ -218,8 +218,8 @@ def init_from(model, path: str, meta: dict) -> None:
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
         if vocabulary(tokenizer_from_json(meta["tokenizer"])) != vocabulary(imported.tokenizer):
-            fix = (f"read the data with it: data.tokenizer_from={path}" if kind == "EncoderClassifier" else
-                   "lab's LM and translation data train their own tokenizer (no data.tokenizer_from yet), so only a "
+            fix = (f"read the data with it: data.tokenizer_from={path}" if kind in ("EncoderClassifier", "GPT") else
+                   "lab's translation data trains its own tokenizer (no data.tokenizer_from yet), so only a "
                    "model exported from a run on this data and tokenizer can continue here")
             raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); {fix}")
     own, src = model.state_dict(), imported.model.state_dict()
