@@ -351,7 +351,7 @@ def test_sweep_view_joins_means_only_across_variants_that_agree_on_the_other_cho
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "experiments").glob("*/run.sh")),
         *sorted((ROOT / "experiments").glob("*/README.md"))]
 COMMAND = re.compile(r"(?:python|\$PY) -m lab\.report (.+)$")
-ABSOLUTE_IN_DOCS = "/tmp/runs-issue5"  # an absolute runs dir a README names: recreated under tmp_path
+ABSOLUTE_IN_DOCS = re.compile(r"(?<![\w.])/tmp/")  # absolute runs dirs READMEs name: recreated under tmp_path
 
 
 def documented_commands() -> list[tuple[str, str]]:
@@ -399,7 +399,7 @@ def test_every_documented_report_command_works_as_written(args, tmp_path, monkey
 
     cwd = tmp_path / "work"
     cwd.mkdir()
-    args = args.replace("<time>", "2026-11-21_23-18-26_630852").replace(ABSOLUTE_IN_DOCS, str(tmp_path / "abs"))
+    args = ABSOLUTE_IN_DOCS.sub(f"{tmp_path}/abs/", args.replace("<time>", "2026-11-21_23-18-26_630852"))  # never the real /tmp
     words = _shell_words(args, cwd, noglob=True)
     options = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and i + 1 < len(words)}
     paths = [w for i, w in enumerate(words) if not w.startswith("--") and not (i and words[i - 1] in options)]
