@@ -6,6 +6,10 @@ PIPELINES = "tests/test_export_pipelines.py"
 IMPORT = "tests/test_hf_import.py"
 
 MUTANTS = [
+    ("LM data ignores data.tokenizer_from (trains its own)", "lab/data/lm.py",
+     "            if self.tokenizer_from is not None:\n                tok = tokenizer_from_hf_dir",
+     "            if False:\n                tok = tokenizer_from_hf_dir",
+     [f"{IMPORT}::test_an_lm_fine_tunes_from_a_transformers_gpt2_with_its_tokenizer"]),
     ("exported tokenizer without lab's normaliser", "lab/runtime/hf/tokenizer.py",
      "steps = lab_normalizer(granularity) if granularity else []", "steps = []",
      [f"{PIPELINES}::test_text_generation_pipeline_gives_lab_generate_ids"]),
