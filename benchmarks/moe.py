@@ -26,7 +26,7 @@ MFU: (6 x active params + 12 x layers x d_model x T) FLOPs per token (PaLM appen
 Each round times every contender once (alternating, so machine load hits all alike); reported: each contender's
 best round, and the median over rounds of its time / the dense layer's time in the same round. Times are wall
 clock: on a shared machine they are inflated, the ratios less so. The process keeps freed memory for reuse as
-lab.train does (lab.runtime.memory; --glibc-defaults: not).
+lab.train does (lab.runtime.trainer.memory; --glibc-defaults: not).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from lab.nn.ffn import make_ffn
 from lab.nn.moe import compute_dtype, grouped_linear, make_moe
 from lab.nn.params import count_parameters
 from lab.runtime.callbacks.throughput import peak_flops
-from lab.runtime.memory import keep_freed_memory
+from lab.runtime.trainer.memory import keep_freed_memory
 
 B, T, D = 12, 256, 384
 CPU = torch.device("cpu")
@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda (bf16 autocast)")
     parser.add_argument("--glibc-defaults", action="store_true",
-                        help="leave glibc's malloc thresholds (lab.train raises them: lab.runtime.memory)")
+                        help="leave glibc's malloc thresholds (lab.train raises them: lab.runtime.trainer.memory)")
     parser.add_argument("--experts-over-threads", action="store_true",
                         help="CPU: the experts' GEMMs side by side on one thread each (benchmarks/moe_cpu_expert_threads.py)")
     parser.add_argument("--batch-scale", type=int, default=1, help="multiply B of the layers and the models' batch (GPU)")

@@ -7,8 +7,8 @@ import hydra
 from omegaconf import DictConfig
 
 from lab.errors import LabError
-from lab.runtime.cli import quiet_warnings, user_errors_exit
-from lab.runtime.help import exit_with_help
+from lab.runtime.cli.errors import quiet_warnings, user_errors_exit
+from lab.runtime.cli.help import exit_with_help
 
 
 @hydra.main(config_path="../conf", config_name="eval", version_base="1.3")
@@ -16,8 +16,8 @@ from lab.runtime.help import exit_with_help
 def main(cfg: DictConfig) -> None:
     from omegaconf import open_dict  # noqa: PLC0415
 
-    from lab.runtime.checkpoints import resolve_checkpoint  # noqa: PLC0415
-    from lab.runtime.evaluation import evaluate  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import resolve_checkpoint  # noqa: PLC0415
+    from lab.runtime.inference.evaluation import evaluate  # noqa: PLC0415
 
     quiet_warnings()
     with open_dict(cfg):
@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> None:
 def compared_to(value: str) -> str:
     """compare_to, checked before the evaluation runs: a run directory -> its checkpoint (as for ckpt_path); a
     checkpoint or a file of hypotheses must exist."""
-    from lab.runtime.checkpoints import is_sharded_checkpoint, resolve_checkpoint  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import is_sharded_checkpoint, resolve_checkpoint  # noqa: PLC0415
 
     path = Path(value).expanduser()
     give = "give a run directory, a checkpoint (.ckpt) or a file with one hypothesis per line in the test split's order"

@@ -6,14 +6,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from lab.runtime.cli import user_errors_exit
+from lab.runtime.cli.errors import user_errors_exit
 
 
 @hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.checkpoints import load_model, resolve_checkpoint  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import load_model, resolve_checkpoint  # noqa: PLC0415
     from lab.runtime.hf import export  # noqa: PLC0415
 
     if not cfg.get("out_dir"):

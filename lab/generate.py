@@ -14,9 +14,9 @@ import hydra
 from omegaconf import DictConfig
 
 from lab.errors import LabError
-from lab.runtime.cli import user_errors_exit
-from lab.runtime.help import exit_with_help
-from lab.runtime.inputs import take_text_arguments, taken
+from lab.runtime.cli.errors import user_errors_exit
+from lab.runtime.cli.help import exit_with_help
+from lab.runtime.inference.inputs import take_text_arguments, taken
 
 
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
@@ -25,8 +25,9 @@ def run(cfg: DictConfig) -> None:
     import torch  # noqa: PLC0415
 
     from lab.models.decoding import generate  # noqa: PLC0415
-    from lab.runtime.checkpoints import load_model  # noqa: PLC0415
-    from lab.runtime.inference import (  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
+    from lab.runtime.inference.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
+    from lab.runtime.inference.predict import (  # noqa: PLC0415
         TokenStream,
         check_settings,
         checkpoint_for,
@@ -34,7 +35,6 @@ def run(cfg: DictConfig) -> None:
         pick_device,
         trained_length,
     )
-    from lab.runtime.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
 
     s = check_settings(cfg, "temperature", "top_k", "top_p", "max_new_tokens", "num_samples")
     prompt, file, interactive = taken("prompt"), taken("file"), bool(cfg.interactive)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from lab.runtime.cli import quiet_warnings, user_errors_exit
-from lab.runtime.help import exit_with_help
+from lab.runtime.cli.errors import quiet_warnings, user_errors_exit
+from lab.runtime.cli.help import exit_with_help
 
 
 @hydra.main(config_path="../conf", config_name="prepare", version_base="1.3")
@@ -17,7 +17,7 @@ from lab.runtime.help import exit_with_help
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate  # noqa: PLC0415 - heavy imports after Hydra has parsed the command line
 
-    from lab.runtime.console import single_console  # noqa: PLC0415
+    from lab.runtime.cli.console import single_console  # noqa: PLC0415
 
     quiet_warnings()
     single_console()

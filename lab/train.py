@@ -4,9 +4,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from lab.runtime.cli import quiet_warnings, user_errors_exit
-from lab.runtime.help import exit_with_help
-from lab.runtime.sweeps import sweep_job
+from lab.runtime.cli.errors import quiet_warnings, user_errors_exit
+from lab.runtime.cli.help import exit_with_help
+from lab.runtime.sweeps.jobs import sweep_job
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")

@@ -12,18 +12,24 @@ import hydra
 from omegaconf import DictConfig
 
 from lab.errors import LabError
-from lab.runtime.cli import user_errors_exit
-from lab.runtime.help import exit_with_help
-from lab.runtime.inputs import take_text_arguments, taken
+from lab.runtime.cli.errors import user_errors_exit
+from lab.runtime.cli.help import exit_with_help
+from lab.runtime.inference.inputs import take_text_arguments, taken
 
 
 @hydra.main(config_path="../conf", config_name="translate", version_base="1.3")
 @user_errors_exit
 def run(cfg: DictConfig) -> None:
     from lab.data.text import normalize_sentence  # noqa: PLC0415
-    from lab.runtime.checkpoints import load_model  # noqa: PLC0415
-    from lab.runtime.inference import check_settings, checkpoint_for, pick_device, trained_length, translate_lines  # noqa: PLC0415
-    from lab.runtime.inputs import check_output_file, progress, read_texts, say_blank, write_lines  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
+    from lab.runtime.inference.inputs import check_output_file, progress, read_texts, say_blank, write_lines  # noqa: PLC0415
+    from lab.runtime.inference.predict import (  # noqa: PLC0415
+        check_settings,
+        checkpoint_for,
+        pick_device,
+        trained_length,
+        translate_lines,
+    )
 
     settings = check_settings(cfg, "beam_size", "length_penalty", "max_len_ratio", "max_len_offset", "batch_size",
                               "n_best", "no_repeat_ngram")

@@ -108,7 +108,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory: only the trim threshold is raised (large blocks still mmapped anew)",
-        "lab/runtime/memory.py",
+        "lab/runtime/trainer/memory.py",
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3",
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -1",
         ("tests/test_memory.py",),

@@ -16,7 +16,8 @@ from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, run_
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
-from lab.runtime import autoresume, rundir
+from lab.runtime.rundir import autoresume
+from lab.runtime.rundir import lock as rundir
 
 AUTO = [*TINY_LM, "trainer.max_steps=40", "trainer.val_check_interval=20", "callbacks.checkpoint.every_n_steps=5", "ckpt_path=auto"]
 

@@ -6,7 +6,7 @@ import torch
 from conftest import run_module
 
 from lab.errors import LabError
-from lab.runtime.averaging import average_checkpoints, last_checkpoints
+from lab.runtime.checkpoints.averaging import average_checkpoints, last_checkpoints
 
 
 def _ckpt(path, w: float, step: int, keys=("model.w", "model.b")):

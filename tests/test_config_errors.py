@@ -101,12 +101,12 @@ RUNNER = r"""
 import contextlib, io, json, os, runpy, sys, traceback
 from pathlib import Path
 from hydra.core.global_hydra import GlobalHydra
-import lab.runtime.loggers
-decide_wandb = lab.runtime.loggers.decide_wandb
+import lab.runtime.trainer.loggers
+decide_wandb = lab.runtime.trainer.loggers.decide_wandb
 def stop_after_the_checks(cfg):  # the last check before data; a case that gets past it is not refused
     decide_wandb(cfg)
     raise SystemExit("passed every check")
-lab.runtime.loggers.decide_wandb = stop_after_the_checks
+lab.runtime.trainer.loggers.decide_wandb = stop_after_the_checks
 cases, root = json.loads(sys.argv[1]), Path(sys.argv[2])
 results = {}
 for case, args in cases.items():
@@ -166,7 +166,7 @@ def test_config_mistake_from_the_shell(tmp_path, case):
 
 def test_every_shipped_experiment_passes_the_checks(compose):
     """The checks refuse mistakes, not the configs lab ships (each experiment as it stands)."""
-    from lab.runtime.config_checks import check_config
+    from lab.runtime.cli.config_checks import check_config
 
     for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
         cfg = compose([f"+experiment={path.stem}", "paths.output_dir=/tmp/x", "model.init_from=x"]
@@ -179,7 +179,7 @@ def test_every_shipped_experiment_passes_the_checks(compose):
 def test_a_warmup_longer_than_the_run_is_said_not_refused(compose, caplog):
     """Short tests of real experiments have one (20 steps of a 100-step warmup): one warning with how far
     the learning rate gets (50 of 100 warmup steps: 50% of its peak), not an error."""
-    from lab.runtime.config_checks import check_config
+    from lab.runtime.cli.config_checks import check_config
 
     cfg = compose(["+experiment=gpt_nano_char", "trainer.max_steps=50", "paths.output_dir=/tmp/x"])
     with open_dict(cfg):

@@ -103,7 +103,7 @@ def test_a_sweep_jobs_console_leaves_its_detail_to_the_log_file(tmp_path):
 
     import rich.tree
 
-    from lab.runtime import console
+    from lab.runtime.cli import console
 
     root, screen = logging.getLogger(), io.StringIO()
     handlers = [logging.StreamHandler(screen), logging.FileHandler(tmp_path / "train.log")]

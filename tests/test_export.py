@@ -281,7 +281,7 @@ def test_cli_exports_a_trained_run_directory(tmp_path):
     files = line.split(": ", 1)[1].split(" (load with")[0].split(", ")
     assert line.startswith("wrote GPT2LMHeadModel") and "AutoModelForCausalLM.from_pretrained(" in line
     assert sorted(files) == sorted(p.name for p in out.iterdir())
-    from lab.runtime.checkpoints import load_model
+    from lab.runtime.checkpoints.reading import load_model
 
     model, tok, _ = load_model(best)
     ids = torch.tensor([tok.encode("ROMEO. What say you?")])

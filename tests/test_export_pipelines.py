@@ -13,8 +13,8 @@ from lab.models.decoding import generate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime import inference
 from lab.runtime.hf import export
+from lab.runtime.inference import predict as inference
 
 transformers = pytest.importorskip("transformers")
 

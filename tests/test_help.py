@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import CONF, run_module
 
-from lab.runtime.help import experiments, render, yaml_comments
+from lab.runtime.cli.help import experiments, render, yaml_comments
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ TRICKY = {
 
 @pytest.mark.parametrize("text", TRICKY.values(), ids=TRICKY.keys())
 def test_text_arguments_are_taken_out_of_argv_verbatim(text):
-    from lab.runtime.inputs import take_text_arguments, taken
+    from lab.runtime.inference.inputs import take_text_arguments, taken
 
     argv = ["lab.classify", "ckpt_path=x.ckpt", f"text={text}", "batch_size=4", "file=in put,1.txt"]
     got = take_text_arguments("text", "file", argv=argv)
@@ -38,7 +38,7 @@ def test_text_arguments_are_taken_out_of_argv_verbatim(text):
 
 
 def test_a_text_given_twice_is_one_error(capsys):
-    from lab.runtime.inputs import take_text_arguments
+    from lab.runtime.inference.inputs import take_text_arguments
 
     with pytest.raises(SystemExit) as e:
         take_text_arguments("text", argv=["x", "text=a", "text=b"])
@@ -54,7 +54,7 @@ def test_a_text_given_twice_is_one_error(capsys):
     ("a\n\n", ["a", ""]),
 ], ids=["trailing_newline", "no_trailing_newline", "crlf_whitespace_line", "one_blank_line", "empty", "blank_last"])
 def test_lines_are_split_as_line_numbering_tools_count_them(data, lines):
-    from lab.runtime.inputs import split_lines
+    from lab.runtime.inference.inputs import split_lines
 
     assert split_lines(data) == lines
     assert len(split_lines(data)) == data.count("\n") + (not data.endswith("\n") and data != "")  # = wc -l (+ unterminated)
@@ -70,14 +70,14 @@ BAD_SETTINGS = [
 
 @pytest.mark.parametrize(("name", "value", "allowed"), BAD_SETTINGS, ids=[f"{n}={v}" for n, v, _ in BAD_SETTINGS])
 def test_out_of_range_settings_name_the_setting_and_range(name, value, allowed):
-    from lab.runtime.inference import check_settings
+    from lab.runtime.inference.predict import check_settings
 
     with pytest.raises(LabError, match=rf"^{name}=.* is out of range: {name} must be .*{__import__('re').escape(allowed)}"):
         check_settings({name: value}, name)
 
 
 def test_settings_in_range_come_back_typed():
-    from lab.runtime.inference import check_settings
+    from lab.runtime.inference.predict import check_settings
 
     cfg = OmegaConf.create({"temperature": 0, "top_k": None, "top_p": 1.0, "beam_size": 3, "length_penalty": -0.5})
     got = check_settings(cfg, "temperature", "top_k", "top_p", "beam_size", "length_penalty")
@@ -160,7 +160,7 @@ def test_classifier_training_ids_equal_inference_ids(tmp_path):
 
 def test_translator_training_ids_equal_inference_ids(tmp_path):
     from lab.data.parallel import ParallelTextDataModule
-    from lab.runtime.inference import encode_source
+    from lab.runtime.inference.predict import encode_source
 
     pairs = [(f"Satz {i} ist spät.", f"Sentence {i} is late.") for i in range(60)]
     train = tmp_path / "pairs.jsonl"
@@ -180,7 +180,7 @@ def test_mlm_training_ids_equal_fill_mask_ids(tmp_path):
     from lab.data.classification import BERT_SPECIALS
     from lab.data.mlm import segments_of
     from lab.data.tokenizers import train_tokenizer
-    from lab.runtime.inference import encode_masked
+    from lab.runtime.inference.predict import encode_masked
 
     tok = train_tokenizer("wordpiece", ["wie spät ist es? [pad] a b c"] * 20, BERT_SPECIALS, 200)
     (segment,) = segments_of([("doc", RAW + " [PAD]")], tok, 64)
@@ -190,7 +190,7 @@ def test_mlm_training_ids_equal_fill_mask_ids(tmp_path):
 def test_lm_training_ids_equal_prompt_ids(tmp_path):
     from lab.data.corpora import TextFiles
     from lab.data.lm import LMDataModule
-    from lab.runtime.inference import encode_prompt
+    from lab.runtime.inference.predict import encode_prompt
 
     doc = "ROMEO:\r\n  Wie spa\u0308t ist es?\r\n" * 40
     (tmp_path / "a.txt").write_bytes(doc.encode("utf-8"))
@@ -204,7 +204,7 @@ def test_lm_training_ids_equal_prompt_ids(tmp_path):
 
 
 def test_fill_mask_windows_keep_every_mask_inside_trained_positions():
-    from lab.runtime.inference import mask_windows
+    from lab.runtime.inference.predict import mask_windows
 
     ids = list(range(100))
     for masks in ([0], [99], [50], [3, 97]):

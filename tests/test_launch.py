@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import CACHE_DIR, ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, train
 
-from lab.runtime.ranks import global_rank
+from lab.runtime.rundir.ranks import global_rank
 
 SHORT = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
 

@@ -389,7 +389,7 @@ def test_lm_samples_from_a_prompt_the_char_vocabulary_lacks(tmp_path, monkeypatc
 
 
 def test_inference_inputs_that_are_not_text_are_one_line(tmp_path, monkeypatch):
-    from lab.runtime.inputs import read_texts
+    from lab.runtime.inference.inputs import read_texts
 
     (tmp_path / "in.txt").write_bytes(gzip.compress(b"a text\n"))
     (tmp_path / "nul.txt").write_bytes(b"abc\n" * 3000 + b"\0\n")  # past the first 8 KB

@@ -1,4 +1,4 @@
-"""lab.runtime.memory: after keep_freed_memory a large freed tensor is reused instead of page-faulted anew."""
+"""lab.runtime.trainer.memory: after keep_freed_memory a large freed tensor is reused instead of page-faulted anew."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lab.runtime.memory import user_chose_allocator
+from lab.runtime.trainer.memory import user_chose_allocator
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 # steps that allocate, touch and free a 48 MiB tensor (12,288 pages). glibc takes a few steps (1-9 seen) to settle
 SCRIPT = """
 import resource, torch
-from lab.runtime.memory import keep_freed_memory
+from lab.runtime.trainer.memory import keep_freed_memory
 note = keep_freed_memory()
 faults = []
 for _ in range(24):

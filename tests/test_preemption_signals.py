@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs
 
-from lab.runtime.signals import EXIT_RESUMABLE
+from lab.runtime.rundir.signals import EXIT_RESUMABLE
 
 LONG = [*TINY_LM, "trainer.max_steps=2000", "trainer.val_check_interval=1000", "callbacks.checkpoint.every_n_steps=5"]
 

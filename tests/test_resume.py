@@ -7,7 +7,7 @@ The "interrupted" run is the uninterrupted one: tests.interrupt.SnapshotLast cop
 by the validation before step k + 1) aside at step k + 1, which is the file a run killed then leaves behind.
 Each case is picked so that the checkpoint falls mid-epoch (and, for the sentence datamodules, in a later
 epoch than the first), where skipping too few or too many batches changes the next step's loss.
-trainer.val_check_interval counts optimizer steps (lab.runtime.intervals scales it by the accumulation), so
+trainer.val_check_interval counts optimizer steps (lab.runtime.trainer.intervals scales it by the accumulation), so
 every validation, and the checkpoint it writes, falls on a step boundary.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 from conftest import TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
 
 from lab.errors import LabError
-from lab.runtime.resume import Resume, check_vocabulary, config_changes
+from lab.runtime.trainer.resume import Resume, check_vocabulary, config_changes
 from lab.tasks.optim import WarmupCosine
 
 LR, MIN_LR, WARMUP = 1e-3, 1e-4, 5

@@ -7,7 +7,7 @@ import torch
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_dirs, run_module, train
 
 from lab.errors import LabError
-from lab.runtime.trainer import FSDP2Strategy, check_trainer
+from lab.runtime.trainer.strategies import FSDP2Strategy, check_trainer
 
 GPU_CONFIGS = ["gpu", "ddp", "fsdp", "deepspeed"]
 
@@ -147,10 +147,10 @@ def test_sharded_fsdp_checkpoint_resumes_the_same_curve(tmp_path):
     # and the consolidated single file serves inference
     out = tmp_path / "consolidated.ckpt"
     assert run_module("lab.checkpoint", ["consolidate", str(run_a / "checkpoints" / "last.ckpt"), str(out)], tmp_path).returncode == 0
-    from lab.runtime.checkpoints import load_model
+    from lab.runtime.checkpoints.reading import load_model
 
     model, tokenizer, meta = load_model(out)
-    assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.runtime.trainer.FSDP2Strategy"
+    assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.runtime.trainer.strategies.FSDP2Strategy"
     assert sum(p.numel() for p in model.parameters()) > 0 and tokenizer.vocab_size == model.vocab_size
 
 
@@ -177,7 +177,7 @@ dist.init_process_group("gloo", rank=0, world_size=1)
 torch.manual_seed(0)
 model = GPT(vocab_size=50, n_layers=2, n_heads=2, d_model=32, max_seq_len=32, positions="rotary", init_std=0.3).eval()
 policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-for block in model.decoder.layers:  # as lab.runtime.trainer.FSDP2Strategy shards: each block, then the root
+for block in model.decoder.layers:  # as lab.runtime.trainer.strategies.FSDP2Strategy shards: each block, then the root
     fully_shard(block, mp_policy=policy)
 fully_shard(model, mp_policy=policy)
 prompt = torch.tensor([[3, 1, 4, 1, 5]])

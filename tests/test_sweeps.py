@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT, TINY_LM, run_dirs, train
 from omegaconf import OmegaConf
 
-import lab.runtime.cli  # noqa: F401 - registers the resolvers the configs use (${lab.sqlite:...}, ${lab.direction:...})
+import lab.runtime.cli.errors  # noqa: F401 - registers the resolvers the configs use (${lab.sqlite:...}, ${lab.direction:...})
 
 SWEEPS = sorted((ROOT / "experiments").glob("*/sweep.yaml"))
 # The documented W&B sweep schema (https://docs.wandb.ai/guides/sweeps/sweep-config-keys); wandb validates

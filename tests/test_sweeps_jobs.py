@@ -1,4 +1,4 @@
-"""Sweep jobs fail, stop and continue alone (lab.runtime.sweeps): a bad variant fails alone with a summary
+"""Sweep jobs fail, stop and continue alone (lab.runtime.sweeps.jobs): a bad variant fails alone with a summary
 and exit code; an interrupted grid continues (completed jobs skipped, the interrupted one resumed from its
 own checkpoint, one W&B run id per job, no -v1 files, metrics continuous); W&B records an interrupted job
 as non-zero; a launcher that cannot work is one line before any job; submitit_local runs 2 jobs."""
@@ -14,8 +14,8 @@ import lightning as L
 import pytest
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_module
 
-from lab.runtime import sweeps
-from lab.runtime.sweeps import progress, summarize, sweep_size, write_status
+from lab.runtime.sweeps import jobs as sweeps
+from lab.runtime.sweeps.jobs import progress, summarize, sweep_size, write_status
 
 SWEEP_ARGS = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval", "logger.wandb"))] + [
     "trainer.max_steps=6", "trainer.val_check_interval=2", "test=false", "callbacks.progress=null", "model.n_layers=1"]

@@ -206,7 +206,7 @@ def test_the_foreign_targets_truncate_a_file_when_instantiated(tmp_path, case):
 
 
 def test_labs_own_targets_pass_the_check(tmp_path):
-    from lab.runtime.checkpoints import lab_metadata
+    from lab.runtime.checkpoints.reading import lab_metadata
 
     ckpt = {"state_dict": {}, "lab": lab_entry(tmp_path)}
     assert lab_metadata(ckpt, "x")["config"]["model"]["_target_"] == "lab.models.gpt.GPT"
@@ -220,14 +220,14 @@ def test_labs_own_targets_pass_the_check(tmp_path):
     ("torch.optim.lr_scheduler.LambdaLR", False),  # not an optimizer
     ("lab.data.classification.Path", False),  # pathlib.Path reached through a lab module's namespace
     ("lab.data.lm.np.save", False),  # numpy's, through lab.data.lm's import
-    ("lab.runtime.cli._sqlite_url", False),  # lab's, but run-time machinery that creates directories
+    ("lab.runtime.cli.errors._sqlite_url", False),  # lab's, but run-time machinery that creates directories
     ("lab.models.gpt.GPT.forward", False),  # not a top-level name of its module
     ("os.system", False),
     ("builtins.exec", False),
     ("lab.nope.Thing", False),
 ])
 def test_only_labs_model_task_nn_data_classes_and_optimizers_may_be_built(target, allowed):
-    from lab.runtime.checkpoints import _is_lab_target
+    from lab.runtime.checkpoints.reading import _is_lab_target
 
     assert _is_lab_target(target) is allowed
 
@@ -235,7 +235,7 @@ def test_only_labs_model_task_nn_data_classes_and_optimizers_may_be_built(target
 def test_a_damaged_file_is_not_mistaken_for_an_executable_one(tmp_path):
     """Both fail torch's weights-only unpickler; only a refused global is "executable objects"."""
     from lab.errors import LabError, UnsafeFileError
-    from lab.runtime.checkpoints import read_checkpoint
+    from lab.runtime.checkpoints.reading import read_checkpoint
 
     (tmp_path / "precious").write_text(PRECIOUS)
     damaged = tmp_path / "damaged.ckpt"

@@ -133,7 +133,7 @@ def test_require_online_makes_unreachable_an_error(tmp_path):
 
 
 def test_probe_is_bounded_even_when_the_server_never_answers(silent_server):
-    from lab.runtime.loggers import probe_server
+    from lab.runtime.trainer.loggers import probe_server
 
     t0 = time.perf_counter()
     status, why = probe_server(f"http://127.0.0.1:{silent_server}", FAKE_KEY, timeout=1.0)
@@ -141,7 +141,7 @@ def test_probe_is_bounded_even_when_the_server_never_answers(silent_server):
 
 
 def test_explicit_offline_and_disabled_never_probe(monkeypatch):
-    from lab.runtime import loggers
+    from lab.runtime.trainer import loggers
 
     monkeypatch.setattr(loggers, "probe_server", lambda *a: pytest.fail("probed"))
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
@@ -151,7 +151,7 @@ def test_explicit_offline_and_disabled_never_probe(monkeypatch):
 
 @pytest.mark.parametrize(("status", "expected"), [(200, "online"), (503, "offline"), (None, "offline")])
 def test_an_answer_means_online_anything_else_offline(monkeypatch, status, expected):
-    from lab.runtime import loggers
+    from lab.runtime.trainer import loggers
 
     monkeypatch.setattr(loggers, "probe_server", lambda *a: (status, "why"))
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
@@ -165,7 +165,7 @@ def test_an_id_in_the_config_is_the_runs_id_everywhere(tmp_path):
     so status.json, <run dir>/wandb_id and the W&B run agree; without one the file's id is kept."""
     from omegaconf import OmegaConf
 
-    from lab.runtime.autoresume import WANDB_ID_FILE, pin_wandb_run
+    from lab.runtime.rundir.autoresume import WANDB_ID_FILE, pin_wandb_run
 
     (tmp_path / WANDB_ID_FILE).write_text("older000\n")
     cfg = OmegaConf.create({"logger": {"wandb": {"mode": "offline", "id": "sweepjob1234"}}})
@@ -180,7 +180,7 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
     """The W&B logger's own rules, on a stand-in experiment: steps are the training steps, a resumed attempt
     does not log again the steps its predecessor logged (wandb_last_step), ckpt_path of the run's own
     checkpoint is not config."""
-    from lab.runtime.loggers import LAST_STEP_FILE, is_own_resume, step_wandb_logger
+    from lab.runtime.trainer.loggers import LAST_STEP_FILE, is_own_resume, step_wandb_logger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     (tmp_path / LAST_STEP_FILE).write_text("abc123 7\n")

@@ -5,7 +5,7 @@ It keeps the surface of hydra-optuna-sweeper (which pins optuna < 3): `params` i
 command line join the space), a sampler with a seed, `direction`, an RDB `storage` that continues a study,
 `n_trials`, `n_jobs` per batch, a failure budget, and `<sweep dir>/optimization_results.yaml`. Beyond it:
 
-- trial values come from each job's status.json (lab.runtime.sweeps), so a job on any launcher reports back;
+- trial values come from each job's status.json (lab.runtime.sweeps.jobs), so a job on any launcher reports back;
 - `objectives` (metric names, default [optimized_metric]) with one direction each: multi-objective search,
   the Pareto front written to optimization_results.yaml;
 - `pruner` (median, successive_halving): lab.runtime.callbacks.OptunaPruning reports the validation metric
@@ -139,7 +139,7 @@ class OptunaSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> None:
         from hydra.utils import instantiate  # noqa: PLC0415
 
-        from lab.runtime.sweeps import read_status  # noqa: PLC0415
+        from lab.runtime.sweeps.jobs import read_status  # noqa: PLC0415
 
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # lab says what happens, one line per trial

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.runtime.cli import user_errors_exit
+from lab.runtime.cli.errors import user_errors_exit
 
 MARKERS = {"report.html": '<meta name="generator" content="lab.report">', "report.md": "<!-- written by lab.report -->"}
 

@@ -147,7 +147,7 @@ def read_examples(log_text: str) -> list[tuple[str, int, str]]:
 
 
 def read_status(path: Path) -> dict:
-    """status.json (lab.runtime.sweeps) as a dict; {} when the run wrote none or it is unreadable."""
+    """status.json (lab.runtime.sweeps.jobs) as a dict; {} when the run wrote none or it is unreadable."""
     try:
         data = json.loads((path / "status.json").read_text())
     except (OSError, json.JSONDecodeError):

@@ -27,12 +27,12 @@ def log_tables(report: Report, required: bool) -> None:
     try:
         import wandb  # noqa: PLC0415
 
-        from lab.runtime.loggers import resolve_wandb_mode  # noqa: PLC0415
+        from lab.runtime.trainer.loggers import resolve_wandb_mode  # noqa: PLC0415
 
         first = report.runs[0]
         name = str(first.config.get("name") or "lab")
         sweep = first.path.parent
-        # the group lab.train gave the sweep's jobs (lab.runtime.loggers.sweep_settings): <name>/<sweep dir name>
+        # the group lab.train gave the sweep's jobs (lab.runtime.trainer.loggers.sweep_settings): <name>/<sweep dir name>
         group = f"{name}/{sweep.name}" if (sweep / "multirun.yaml").is_file() else f"{name}/report"
         project = str(first.config.get("logger.wandb.project") or "lab")
         run = wandb.init(project=project, group=group, job_type="report", name=f"{name}-report", mode=resolve_wandb_mode(None),

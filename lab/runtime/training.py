@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lab.runtime.callbacks.progress import progress_bar_setting
-from lab.runtime.cli import print_config_tree
-from lab.runtime.intervals import count_optimizer_steps
+from lab.runtime.cli.errors import print_config_tree
+from lab.runtime.trainer.intervals import count_optimizer_steps
 
 log = logging.getLogger("lab")
 
@@ -41,14 +41,14 @@ def train(cfg: DictConfig) -> float | None:
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
     from lab.models import build_model  # noqa: PLC0415
-    from lab.runtime.config_checks import check_config  # noqa: PLC0415
-    from lab.runtime.console import phase, single_console  # noqa: PLC0415
-    from lab.runtime.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
-    from lab.runtime.memory import keep_freed_memory  # noqa: PLC0415
-    from lab.runtime.ranks import set_global_rank  # noqa: PLC0415
-    from lab.runtime.resume import check_resume, check_vocabulary  # noqa: PLC0415
-    from lab.runtime.sweeps import record_final_metrics  # noqa: PLC0415
-    from lab.runtime.trainer import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
+    from lab.runtime.cli.config_checks import check_config  # noqa: PLC0415
+    from lab.runtime.cli.console import phase, single_console  # noqa: PLC0415
+    from lab.runtime.rundir.ranks import set_global_rank  # noqa: PLC0415
+    from lab.runtime.sweeps.jobs import record_final_metrics  # noqa: PLC0415
+    from lab.runtime.trainer.loggers import decide_wandb, finish_loggers  # noqa: PLC0415
+    from lab.runtime.trainer.memory import keep_freed_memory  # noqa: PLC0415
+    from lab.runtime.trainer.resume import check_resume, check_vocabulary  # noqa: PLC0415
+    from lab.runtime.trainer.strategies import check_trainer, compile_model, job_processes, pin_child_processes_to_job  # noqa: PLC0415
 
     t_start = time.perf_counter()
     single_console()  # each Lightning message once, no adverts
@@ -56,9 +56,9 @@ def train(cfg: DictConfig) -> float | None:
     check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
-    # --- preemption (lab.runtime.autoresume, rundir, signals): one run per directory, ckpt_path=auto ---
-    from lab.runtime import signals  # noqa: PLC0415
-    from lab.runtime.autoresume import claim_run_dir, pin_wandb_run  # noqa: PLC0415
+    # --- preemption (lab.runtime.rundir.autoresume, rundir, signals): one run per directory, ckpt_path=auto ---
+    from lab.runtime.rundir import signals  # noqa: PLC0415
+    from lab.runtime.rundir.autoresume import claim_run_dir, pin_wandb_run  # noqa: PLC0415
 
     signals.reset()
     claim_run_dir(cfg, is_rank_zero=rank_zero_only.rank == 0)
@@ -144,7 +144,7 @@ def train(cfg: DictConfig) -> float | None:
         if resume:
             resume.cleanup()
         finish_loggers(loggers, exit_code)  # the next job of a sweep starts its own W&B run
-        from lab.runtime.rundir import release_run_dirs  # noqa: PLC0415
+        from lab.runtime.rundir.lock import release_run_dirs  # noqa: PLC0415
 
         release_run_dirs()  # preemption: the next job of a sweep locks its own directory
     record_final_metrics({**metrics, "params/total": counts["total"], "params/active": counts["active"]})

@@ -118,7 +118,7 @@ class Task(L.LightningModule):
             init_from(self.model, str(path), self.lab_metadata)
 
     def configure_model(self) -> None:
-        """Under lab.runtime.trainer.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
+        """Under lab.runtime.trainer.strategies.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
         root, with the strategy's mixed precision, activation checkpointing and per-block compile settings.
         Other strategies leave the model whole."""
         settings = getattr(self.trainer.strategy, "fsdp_settings", None)

@@ -7,7 +7,7 @@ from torch import nn
 from torchmetrics import Accuracy, ConfusionMatrix, F1Score, MeanMetric, MetricCollection
 
 from lab.errors import LabError
-from lab.runtime.checkpoints import read_checkpoint
+from lab.runtime.checkpoints.reading import read_checkpoint
 from lab.runtime.hf.importing import is_hf_dir
 from lab.tasks.base import Task
 

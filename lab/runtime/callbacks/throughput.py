@@ -43,7 +43,7 @@ class Throughput(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not self._first_step_logged and trainer.is_global_zero:
-            from lab.runtime.cli import LAUNCH_TIME  # noqa: PLC0415
+            from lab.runtime.cli.errors import LAUNCH_TIME  # noqa: PLC0415
 
             log.info("first training step %.1fs after launch", time.time() - LAUNCH_TIME)
             self._first_step_logged = True

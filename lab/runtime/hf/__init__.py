@@ -120,7 +120,7 @@ def special_token_ids(model, tok, kind: str) -> dict[str, int | None]:
 def trained_length(model, meta: dict) -> int:
     """The length the model was trained on (data.max_length / block_size / max_tokens, at most max_seq_len);
     the model's max_seq_len when the metadata has no config (a model built in code)."""
-    from lab.runtime.inference import trained_length as from_config  # noqa: PLC0415
+    from lab.runtime.inference.predict import trained_length as from_config  # noqa: PLC0415
 
     return from_config(meta) if meta.get("config") else model.cfg.max_seq_len
 

@@ -148,7 +148,7 @@ def sweep_settings(name: str | None) -> dict:
     return {
         "group": f"{name}/{Path(hc.sweep.dir).name}",
         "job_type": "sweep",
-        # W&B caps tags at 64 characters; ckpt_path is added to a resumed job's overrides (lab.runtime.sweeps):
+        # W&B caps tags at 64 characters; ckpt_path is added to a resumed job's overrides (lab.runtime.sweeps.jobs):
         # an attempt, not a choice, so its continued run keeps the tags its siblings have
         "tags": [o[:64] for o in hc.overrides.task if not o.lstrip("+").startswith("ckpt_path=")],
         "name": f"{name}-{hc.job.num}",

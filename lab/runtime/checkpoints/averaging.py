@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.checkpoints import read_checkpoint
+from lab.runtime.checkpoints.reading import read_checkpoint
 
 log = logging.getLogger("lab")
 

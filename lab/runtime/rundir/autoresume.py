@@ -4,7 +4,7 @@ The run is the directory given by `hydra.run.dir` (or `hydra.sweep.dir` in a mul
 run under `<runs_dir>/<name>/` whose saved config.yaml equals this launch's resolved config (ckpt_path and the
 run directory itself aside). Its newest checkpoint that loads is used (a damaged one is skipped with a warning);
 with no earlier run, or none with a checkpoint, the run starts fresh and says so. The continued run writes into
-that directory: metrics.csv continues (lab.runtime.metrics_csv), train.log is appended, the W&B run resumes
+that directory: metrics.csv continues (lab.runtime.trainer.metrics_csv), train.log is appended, the W&B run resumes
 under the id stored in the directory. This is the way to launch cluster jobs: the same command serves the
 first start, a requeue after preemption and a restart after a crash.
 """
@@ -19,8 +19,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import LabError
-from lab.runtime import rundir
-from lab.runtime.checkpoint_io import TMP_GLOB, is_tmp
+from lab.runtime.checkpoints.atomic import TMP_GLOB, is_tmp
+from lab.runtime.rundir import lock as rundir
 
 log = logging.getLogger("lab")
 AUTO = "auto"
@@ -40,7 +40,7 @@ def _normalised(config: Any, run_dir: Path) -> Any:
 
 def checkpoints_newest_first(run_dir: Path) -> list[Path]:
     """Checkpoint files and FSDP2 sharded directories of a run, most recently written first."""
-    from lab.runtime.checkpoints import is_sharded_checkpoint  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import is_sharded_checkpoint  # noqa: PLC0415
 
     ckpt_dir = run_dir / "checkpoints"
     if not ckpt_dir.is_dir():
@@ -51,7 +51,7 @@ def checkpoints_newest_first(run_dir: Path) -> list[Path]:
 
 
 def newest_valid_checkpoint(run_dir: Path) -> Path | None:
-    from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import read_checkpoint  # noqa: PLC0415
 
     for path in checkpoints_newest_first(run_dir):
         try:

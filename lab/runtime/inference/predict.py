@@ -12,7 +12,7 @@ import torch
 
 from lab.data.text import normalize_sentence
 from lab.errors import LabError
-from lab.runtime.inputs import warn
+from lab.runtime.inference.inputs import warn
 
 MASK = "[MASK]"  # the fill-mask marker; anywhere else "[MASK]" is ordinary text
 
@@ -83,7 +83,7 @@ TASKS = {
 def checkpoint_for(entry: str, ckpt_path: str) -> tuple[Path, dict[str, Any]]:
     """A checkpoint file (or run directory: its best, else last checkpoint) -> (path, lab metadata), refused
     with one line when it comes from another task, before any model is built."""
-    from lab.runtime.checkpoints import lab_metadata, read_checkpoint, resolve_checkpoint  # noqa: PLC0415
+    from lab.runtime.checkpoints.reading import lab_metadata, read_checkpoint, resolve_checkpoint  # noqa: PLC0415
 
     path = resolve_checkpoint(ckpt_path)
     meta = lab_metadata(read_checkpoint(path, metadata_only=True), path)

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
-from lab.runtime.console import record_in_log_files
-from lab.runtime.ranks import run_dir
+from lab.runtime.cli.console import record_in_log_files
+from lab.runtime.rundir.ranks import run_dir
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
@@ -47,7 +47,7 @@ def _required(key: str, what: str) -> None:
 OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
 OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
 OmegaConf.register_new_resolver("lab.required", _required, replace=True)
-OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.ranks
+OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.rundir.ranks
 
 
 def user_errors_exit(fn):
@@ -90,7 +90,7 @@ class _Task:
 def _known_keys(path: list[str]) -> set[str]:
     """Keys that exist at `path` (e.g. ["model"]) in any option of the conf/ tree: the group's files (and a
     nested group's, e.g. task/scheduler), the primary configs and the experiments (global deltas)."""
-    conf = Path(__file__).resolve().parents[2] / "conf"
+    conf = Path(__file__).resolve().parents[3] / "conf"
     candidates: list[tuple[Path, list[str]]] = [(f, path) for f in conf.glob("*.yaml")]
     candidates += [(f, path) for f in (conf / "experiment").glob("*.yaml")]
     for depth in range(1, len(path) + 1):
@@ -188,7 +188,7 @@ def _translating_run_and_report(original):
 def _config_keys(entry_point: str) -> dict[str, set[str]]:
     """{last part of a key: the dotted keys ending in it} over the conf/ tree an entry point composes from: the
     groups, the experiments and presets, and its own primary config (and inference.yaml, which they share)."""
-    conf = Path(__file__).resolve().parents[2] / "conf"
+    conf = Path(__file__).resolve().parents[3] / "conf"
     out: dict[str, set[str]] = {}
 
     def add(node, prefix: str) -> None:
@@ -304,6 +304,6 @@ def print_config_tree(cfg, fields_first=("task", "model", "data", "trainer", "ca
         value = cfg[key]
         text = OmegaConf.to_yaml(value, resolve=True) if OmegaConf.is_config(value) else str(value)
         tree.add(key, style="bold").add(rich.syntax.Syntax(text, "yaml", background_color="default"))
-    from lab.runtime.console import show  # noqa: PLC0415
+    from lab.runtime.cli.console import show  # noqa: PLC0415
 
     show(tree)  # in a sweep job: into its train.log only

@@ -5,7 +5,7 @@ Hydra composes the config without a schema, so a wrong type (`trainer.max_steps=
 surface minutes later as a traceback from deep inside Lightning or torch. check_config raises one LabError
 naming the key, what is wrong and how to fix it. A warmup longer than the run is only warned about: every
 short test of a real experiment (lab's own tests, benchmarks and documented commands) has one. (Unknown keys without `+`, unknown group options and
-parse errors are Hydra's own errors, translated in lab.runtime.cli.)"""
+parse errors are Hydra's own errors, translated in lab.runtime.cli.errors.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -179,7 +179,7 @@ def check_registered(trainer) -> None:
     the data is built)."""
     from lightning.pytorch.strategies import StrategyRegistry  # noqa: PLC0415
 
-    from lab.runtime.cli import did_you_mean  # noqa: PLC0415
+    from lab.runtime.cli.errors import did_you_mean  # noqa: PLC0415
 
     value, known = trainer.get("strategy", "auto"), {"auto", *StrategyRegistry.available_strategies()}
     if isinstance(value, str) and value not in known:
@@ -234,7 +234,7 @@ def check_arguments(cfg: DictConfig) -> None:
     from hydra.utils import get_method  # noqa: PLC0415
 
     from lab.nn.config import TransformerConfig  # noqa: PLC0415
-    from lab.runtime.cli import did_you_mean  # noqa: PLC0415
+    from lab.runtime.cli.errors import did_you_mean  # noqa: PLC0415
 
     for section in BUILT_SECTIONS:
         for where, node in _targets(cfg.get(section), section):

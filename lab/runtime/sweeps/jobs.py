@@ -75,7 +75,7 @@ def record_final_metrics(metrics: dict[str, float]) -> None:
 
 def how_it_ended(e: BaseException) -> tuple[str, str]:
     """-> (state, one line) for an exception that ended a job."""
-    from lab.runtime.cli import user_error_in  # noqa: PLC0415 - cli imports this module's callers
+    from lab.runtime.cli.errors import user_error_in  # noqa: PLC0415 - cli imports this module's callers
 
     if isinstance(e, KeyboardInterrupt | SystemExit):  # Lightning turns Ctrl-C into sys.exit(1)
         return "interrupted", "interrupted (Ctrl-C or a signal)"
@@ -87,8 +87,8 @@ def how_it_ended(e: BaseException) -> tuple[str, str]:
 
 def resume_checkpoint(job_dir: Path) -> Path | None:
     """The checkpoint an unfinished job continues from: the newest valid one in its own directory, by the
-    rule `ckpt_path=auto` uses (lab.runtime.autoresume; a damaged newest one is skipped with a warning)."""
-    from lab.runtime.autoresume import newest_valid_checkpoint  # noqa: PLC0415
+    rule `ckpt_path=auto` uses (lab.runtime.rundir.autoresume; a damaged newest one is skipped with a warning)."""
+    from lab.runtime.rundir.autoresume import newest_valid_checkpoint  # noqa: PLC0415
 
     return newest_valid_checkpoint(Path(job_dir))
 
@@ -155,7 +155,7 @@ def sweep_job(fn):
             out = Path(cfg.paths.output_dir)
             write_status(out, state="running", started=_now(), error=None, pid=os.getpid(), host=os.uname().nodename)
             return _run(fn, cfg, out, resume_step=None)
-        from lab.runtime import cli  # noqa: PLC0415
+        from lab.runtime.cli import errors as cli  # noqa: PLC0415
 
         cli.LAUNCH_TIME = time.time()  # "first step N s after launch" counts from this job's own start
         return _run_sweep_job(fn, cfg, job)
@@ -182,7 +182,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
     resume_step = None
     ckpt = resume_checkpoint(job_dir) if before else None
     if ckpt is not None:  # its own last checkpoint, also over a ckpt_path the whole sweep starts from
-        from lab.runtime.checkpoints import read_checkpoint  # noqa: PLC0415
+        from lab.runtime.checkpoints.reading import read_checkpoint  # noqa: PLC0415
 
         try:
             resume_step = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))
@@ -207,7 +207,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
             cfg.logger.wandb.resume = "allow"
     write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
                  started=_now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
-    from lab.runtime.console import sweep_job_console  # noqa: PLC0415
+    from lab.runtime.cli.console import sweep_job_console  # noqa: PLC0415
 
     try:
         with sweep_job_console(str(job_dir / "train.log")):
@@ -217,7 +217,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
 
 
 def _pass_to_child_processes(override: str) -> None:
-    """DDP/FSDP ranks > 0 re-run the job's overrides (lab.runtime.trainer.pin_child_processes_to_job):
+    """DDP/FSDP ranks > 0 re-run the job's overrides (lab.runtime.trainer.strategies.pin_child_processes_to_job):
     add the resume checkpoint to them, or those ranks would start from scratch."""
     from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
     from omegaconf import read_write  # noqa: PLC0415
@@ -235,9 +235,9 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
         return round(before + time.time() - t0, 1)
 
     try:
-        value = fn(cfg)  # a resumed job's metrics.csv continues (lab.runtime.metrics_csv.RunCSVLogger)
+        value = fn(cfg)  # a resumed job's metrics.csv continues (lab.runtime.trainer.metrics_csv.RunCSVLogger)
     except BaseException as e:
-        from lab.runtime.cli import user_error_in  # noqa: PLC0415
+        from lab.runtime.cli.errors import user_error_in  # noqa: PLC0415
 
         state, line = how_it_ended(e)
         job = _hydra_job()
@@ -255,7 +255,7 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
     write_status(job_dir, state="completed", error=None, ended=_now(), value=value, metrics=dict(_final_metrics),
                  wall_s=wall_s())
     _durations.append(time.time() - t0)
-    from lab.runtime.rundir import LOCK_NAME  # noqa: PLC0415
+    from lab.runtime.rundir.lock import LOCK_NAME  # noqa: PLC0415
 
     (job_dir / LOCK_NAME).unlink(missing_ok=True)  # released when the run ended; a completed job is never run again
     return value

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[3] / "conf"
 # Typed schemas of config nodes whose _target_ takes them as **kwargs.
 SCHEMAS = {"model": "lab.nn.config.TransformerConfig", "model.moe": "lab.nn.moe.MoEConfig"}
 KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(.*)$")
@@ -202,7 +202,7 @@ def exit_with_help(config_name: str, argv: list[str] | None = None) -> None:
     """If the command line asks for --help (or -h): print this entry point's help and exit 0; else return.
     An entry point without the experiment group (inference: settings come from the checkpoint) refuses
     `+experiment=` with one line instead of composing it in and ignoring it."""
-    from lab.runtime.cli import user_errors_exit  # noqa: PLC0415
+    from lab.runtime.cli.errors import user_errors_exit  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else argv
     given = [a for a in argv if a.lstrip("+~").startswith("experiment=")]

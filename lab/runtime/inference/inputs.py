@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lab.data.reading import NUL, refuse_binary
 from lab.errors import LabError
-from lab.runtime.cli import user_errors_exit
+from lab.runtime.cli.errors import user_errors_exit
 
 PROGRESS_FROM = 32  # more input lines than this get a progress bar on stderr
 _taken: dict[str, str] = {}
