@@ -18,7 +18,6 @@ Optuna is imported when a sweep starts: without it, one `error:` line names `pip
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -30,8 +29,10 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from lab.runtime.sweeps.jobs import read_status
+from lab.runtime.sweeps.trials import forget_trial, import_optuna, register_trial
+
 log = logging.getLogger("lab")
-ACTIVE_TRIALS: dict[tuple[str, int], Any] = {}  # (sweep dir, job number) -> optuna Trial, for in-process jobs
 
 # ---- config nodes: hydra/sweeper=optuna, hydra/sweeper/sampler=tpe|random|nsgaii, hydra/sweeper/pruner=... ----
 cs = ConfigStore.instance()
@@ -61,15 +62,6 @@ for name, node in {
                            "reduction_factor": 4, "min_early_stopping_rate": 0},
 }.items():
     cs.store(group="hydra/sweeper/pruner", name=name, node=node, provider="lab")
-
-
-def import_optuna():
-    try:
-        import optuna  # noqa: PLC0415 - the sweep extra, imported only when a search starts
-    except ImportError:
-        print("error: +hparams_search=optuna needs Optuna: pip install 'lab[sweep]'", file=sys.stderr)
-        sys.exit(2)
-    return optuna
 
 
 def search_space(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -103,23 +95,6 @@ def _format(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def trial_for_job(sweep_dir: Path, job_num: int):
-    """The Optuna trial a job of this sweep runs, for the pruning callback: the sweeper's own object for an
-    in-process job, else rebuilt from <sweep dir>/.optuna/trial-<n>.json (RDB storage; other processes)."""
-    key = (str(Path(sweep_dir).resolve()), int(job_num))
-    if key in ACTIVE_TRIALS:
-        return ACTIVE_TRIALS[key]
-    path = Path(sweep_dir) / ".optuna" / f"trial-{job_num}.json"
-    if not path.is_file():
-        return None
-    from hydra.utils import instantiate  # noqa: PLC0415
-
-    optuna = import_optuna()
-    info = json.loads(path.read_text())
-    study = optuna.load_study(study_name=info["study_name"], storage=info["storage"], pruner=instantiate(info["pruner"]))
-    return optuna.trial.Trial(study, info["trial_id"])
-
-
 class OptunaSweeper(Sweeper):
     def __init__(self, sampler: DictConfig, pruner: DictConfig, direction: Any, study_name: str | None = None,
                  storage: str | None = None, objectives: list[str] | None = None, n_trials: int = 20, n_jobs: int = 1,
@@ -138,8 +113,6 @@ class OptunaSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> None:
         from hydra.utils import instantiate  # noqa: PLC0415
-
-        from lab.runtime.sweeps.jobs import read_status  # noqa: PLC0415
 
         optuna = import_optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # lab says what happens, one line per trial
@@ -182,7 +155,7 @@ class OptunaSweeper(Sweeper):
                 job_dir = Path(str(OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir")))
                 state, values, line = self._outcome(read_status(job_dir) or {}, objectives, optuna)
                 study.tell(trial, values=values, state=state)
-                ACTIVE_TRIALS.pop((str(self.sweep_dir.resolve()), trial.number), None)
+                forget_trial(self.sweep_dir, trial.number)
                 failures += state == optuna.trial.TrialState.FAIL
                 log.info("optuna: trial %d %s: %s | %s", trial.number, state.name.lower(), line,
                          " ".join(overrides[trials.index(trial)][: len(trial.params)]))
@@ -194,13 +167,7 @@ class OptunaSweeper(Sweeper):
         self._write_results(study, objectives, optuna)
 
     def _register(self, trial, study) -> None:
-        ACTIVE_TRIALS[(str(self.sweep_dir.resolve()), trial.number)] = trial
-        if self.storage:  # jobs in other processes (submitit) rebuild the trial from the shared storage
-            info = {"storage": self.storage, "study_name": study.study_name, "trial_id": trial._trial_id,
-                    "pruner": OmegaConf.to_container(self.pruner_cfg, resolve=True)}
-            path = self.sweep_dir / ".optuna" / f"trial-{trial.number}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(info))
+        register_trial(self.sweep_dir, trial, study, self.storage, OmegaConf.to_container(self.pruner_cfg, resolve=True))
 
     @staticmethod
     def _outcome(status: dict, objectives: list[str], optuna) -> tuple[Any, list[float] | None, str]:

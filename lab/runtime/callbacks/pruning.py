@@ -10,8 +10,8 @@ log = logging.getLogger("lab")
 
 class OptunaPruning(L.Callback):
     """After every validation, rank 0 reports `monitor` at the global step to the job's Optuna trial (found
-    through hydra_plugins.lab_optuna_sweeper) and asks the study's pruner; every rank gets the decision, and a
-    pruned job raises optuna.TrialPruned, recorded as `pruned` in its status.json and in the study.
+    through lab.runtime.sweeps.trials, where the sweeper registers it) and asks the study's pruner; every rank
+    gets the decision, and a pruned job raises optuna.TrialPruned, recorded as `pruned` in its status.json and in the study.
     Does nothing outside an Optuna sweep (a single run, a grid)."""
 
     def __init__(self, monitor: str):
@@ -22,7 +22,7 @@ class OptunaPruning(L.Callback):
         from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
 
         if trainer.is_global_zero and HydraConfig.initialized():
-            from hydra_plugins.lab_optuna_sweeper.sweeper import trial_for_job  # noqa: PLC0415 - the sweep extra
+            from lab.runtime.sweeps.trials import trial_for_job  # noqa: PLC0415 - the sweep extra
 
             hc = HydraConfig.get()
             trial = trial_for_job(hc.sweep.dir, hc.job.num)
