@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from lab.errors import LabError
 from lab.runtime.rundir import autoresume
 from lab.runtime.rundir import lock as rundir
+from lab.runtime.rundir.run_dir import RunDir
 
 AUTO = [*TINY_LM, "trainer.max_steps=40", "trainer.val_check_interval=20", "callbacks.checkpoint.every_n_steps=5", "ckpt_path=auto"]
 
@@ -123,13 +124,13 @@ def test_the_earlier_run_is_the_newest_one_with_the_same_config(tmp_path):
 
 def test_wandb_run_id_is_kept_in_the_run_directory(tmp_path):
     cfg = OmegaConf.create({"logger": {"wandb": {"mode": "offline", "project": "lab"}}})
-    autoresume.pin_wandb_run(cfg, tmp_path)
+    RunDir(tmp_path).pin_wandb_run(cfg)
     first = cfg.logger.wandb.id
     again = OmegaConf.create({"logger": {"wandb": {"mode": "offline", "project": "lab"}}})
-    autoresume.pin_wandb_run(again, tmp_path)
+    RunDir(tmp_path).pin_wandb_run(again)
     assert again.logger.wandb.id == first and again.logger.wandb.resume == "allow" and len(first) == 8
     off = OmegaConf.create({"logger": {"wandb": {"mode": "disabled"}}})
-    autoresume.pin_wandb_run(off, tmp_path / "elsewhere")
+    RunDir(tmp_path / "elsewhere").pin_wandb_run(off)
     assert "id" not in off.logger.wandb
 
 

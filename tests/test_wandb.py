@@ -165,14 +165,14 @@ def test_an_id_in_the_config_is_the_runs_id_everywhere(tmp_path):
     so status.json, <run dir>/wandb_id and the W&B run agree; without one the file's id is kept."""
     from omegaconf import OmegaConf
 
-    from lab.runtime.rundir.autoresume import WANDB_ID_FILE, pin_wandb_run
+    from lab.runtime.rundir.run_dir import WANDB_ID_FILE, RunDir
 
     (tmp_path / WANDB_ID_FILE).write_text("older000\n")
     cfg = OmegaConf.create({"logger": {"wandb": {"mode": "offline", "id": "sweepjob1234"}}})
-    pin_wandb_run(cfg, tmp_path)
+    RunDir(tmp_path).pin_wandb_run(cfg)
     assert cfg.logger.wandb.id == "sweepjob1234" and (tmp_path / WANDB_ID_FILE).read_text().strip() == "sweepjob1234"
     again = OmegaConf.create({"logger": {"wandb": {"mode": "offline"}}})
-    pin_wandb_run(again, tmp_path)
+    RunDir(tmp_path).pin_wandb_run(again)
     assert again.logger.wandb.id == "sweepjob1234" and again.logger.wandb.resume == "allow"
 
 
@@ -180,7 +180,8 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
     """The W&B logger's own rules, on a stand-in experiment: steps are the training steps, a resumed attempt
     does not log again the steps its predecessor logged (wandb_last_step), ckpt_path of the run's own
     checkpoint is not config."""
-    from lab.runtime.trainer.loggers import LAST_STEP_FILE, is_own_resume, step_wandb_logger
+    from lab.runtime.rundir.run_dir import LAST_STEP_FILE
+    from lab.runtime.trainer.loggers import is_own_resume, step_wandb_logger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     (tmp_path / LAST_STEP_FILE).write_text("abc123 7\n")

@@ -8,7 +8,7 @@ command line join the space), a sampler with a seed, `direction`, an RDB `storag
 - trial values come from each job's status.json (lab.runtime.sweeps.jobs), so a job on any launcher reports back;
 - `objectives` (metric names, default [optimized_metric]) with one direction each: multi-objective search,
   the Pareto front written to optimization_results.yaml;
-- `pruner` (median, successive_halving): lab.runtime.callbacks.OptunaPruning reports the validation metric
+- `pruner` (median, successive_halving): lab.runtime.sweeps.pruning.OptunaPruning reports the validation metric
   and stops the trial, recorded as PRUNED;
 - continuing a study draws new points (the sampler is seeded with seed + the number of trials so far, not
   re-seeded to repeat them); trials left RUNNING by an interrupted sweep are marked FAIL, one line says so;

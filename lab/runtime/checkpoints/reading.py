@@ -154,6 +154,18 @@ def _refuse_foreign(node: Any, where: str, path, allowed) -> None:
                        "so this file was not written by lab.train and is not used")
 
 
+def metadata_for(resolved: dict[str, Any], datamodule) -> dict[str, Any]:
+    """What every checkpoint of a run carries under `lab` (Task.lab_metadata) for load_model to rebuild the
+    model without the run: the resolved config, the vocabulary, the tokenizer and what else inference needs
+    from the data (e.g. label names), if the datamodule offers it."""
+    return {
+        "config": resolved,
+        "vocab": datamodule.vocab,
+        "tokenizer": datamodule.tokenizer.to_json(),
+        "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
+    }
+
+
 def lab_metadata(ckpt: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The `lab` entry of a checkpoint (config, vocab, tokenizer, data facts), checked before anything is
     instantiated from it: every `_target_` in the sections lab rebuilds (model, task, data) is one of lab's

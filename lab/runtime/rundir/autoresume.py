@@ -11,7 +11,6 @@ first start, a requeue after preemption and a restart after a crash.
 from __future__ import annotations
 
 import logging
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from lab.runtime.rundir import lock as rundir
 
 log = logging.getLogger("lab")
 AUTO = "auto"
-WANDB_ID_FILE = "wandb_id"  # in the run dir: the W&B run id every launch of this run logs to
 IGNORED_KEYS = ("ckpt_path",)
 
 
@@ -135,19 +133,3 @@ def _point_processes_at(run_dir: Path, ckpt: str | None) -> None:
         with read_write(hc.run), read_write(hc.runtime):
             hc.run.dir = str(run_dir)
             hc.runtime.output_dir = str(run_dir)
-
-
-def pin_wandb_run(cfg: DictConfig, run_dir: Path) -> None:
-    """Every launch of one run logs to one W&B run: its id is kept in the run directory (resume="allow"). An id
-    already in the config wins and is written there, so status.json, the file and W&B name the same run."""
-    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-    if not wandb_cfg or wandb_cfg.get("mode") == "disabled":
-        return
-    id_file = run_dir / WANDB_ID_FILE
-    if wandb_cfg.get("id"):  # given (a sweep job's id, kept in its status.json, or the user's): that one is the run's
-        id_file.write_text(f"{wandb_cfg.id}\n")
-    elif not id_file.exists():
-        id_file.write_text(secrets.token_hex(4) + "\n")  # W&B ids are short [a-z0-9] strings
-    with open_dict(cfg):
-        wandb_cfg.id = id_file.read_text().strip()
-        wandb_cfg.resume = "allow"

@@ -16,61 +16,34 @@ the W&B run are closed, so it is the completion marker. In a Hydra multirun (`-m
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import shutil
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
 from lab.errors import LabError
+from lab.runtime.rundir.run_dir import STATUS_FILE, RunDir, now
 
 log = logging.getLogger("lab")
-STATUS_FILE = "status.json"
 ENDED = ("completed", "interrupted", "failed", "pruned")
-_final_metrics: dict[str, float] = {}  # set by record_final_metrics (training.py), read by sweep_job
 _unrecorded: list[str] = []  # failures that could not be written into a job dir (it holds another job)
 _durations: list[float] = []  # seconds each job run by this process took (the sweep's ETA)
 
 
-# ---- the record of one job ---------------------------------------------------------------------------
+# ---- the record of one job: status.json in its run directory (lab.runtime.rundir.run_dir) ----------------
 
 def read_status(job_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((Path(job_dir) / STATUS_FILE).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:  # cannot happen with write_status's atomic replace; say so if it does
-        log.warning("%s/%s is unreadable (%s): treated as a job that never ran", job_dir, STATUS_FILE, e)
-        return None
+    return RunDir(job_dir).read_status()
 
 
 def write_status(job_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update the job's status.json atomically (write a temporary file, then rename over the old one)."""
-    job_dir = Path(job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    status = {**(read_status(job_dir) or {}), **fields, "updated": _now()}
-    tmp = job_dir / f".{STATUS_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(status, indent=1, default=str))
-    os.replace(tmp, job_dir / STATUS_FILE)
-    return status
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def record_final_metrics(metrics: dict[str, float]) -> None:
-    """training.train hands over every final metric (val, test, params/*): status.json keeps them, and the
-    Optuna sweeper reads its objectives from there."""
-    _final_metrics.clear()
-    _final_metrics.update(metrics)
+    return RunDir(job_dir).write_status(**fields)
 
 
 def how_it_ended(e: BaseException) -> tuple[str, str]:
@@ -153,7 +126,7 @@ def sweep_job(fn):
         job = _hydra_job()
         if job is None:  # a single run: record its end, errors go on to user_errors_exit (one line, exit 2)
             out = Path(cfg.paths.output_dir)
-            write_status(out, state="running", started=_now(), error=None, pid=os.getpid(), host=os.uname().nodename)
+            write_status(out, state="running", started=now(), error=None, pid=os.getpid(), host=os.uname().nodename)
             return _run(fn, cfg, out, resume_step=None)
         from lab.runtime.cli import errors as cli  # noqa: PLC0415
 
@@ -189,7 +162,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
         except LabError as e:  # e.g. killed while writing it: this job fails, the sweep goes on
             line = f"cannot resume: {e}"
             print(f"error: job {num}: {line}", file=sys.stderr)
-            write_status(job_dir, state="failed", error=line, ended=_now())
+            write_status(job_dir, state="failed", error=line, ended=now())
             return None
         with open_dict(cfg):
             cfg.ckpt_path = str(ckpt)
@@ -206,7 +179,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
             cfg.logger.wandb.id = wandb_id
             cfg.logger.wandb.resume = "allow"
     write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
-                 started=_now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
+                 started=now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
     from lab.runtime.cli.console import sweep_job_console  # noqa: PLC0415
 
     try:
@@ -228,7 +201,7 @@ def _pass_to_child_processes(override: str) -> None:
 
 
 def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
-    _final_metrics.clear()
+    RunDir.final_metrics.clear()
     t0, before = time.time(), (read_status(job_dir) or {}).get("wall_s") or 0.0
 
     def wall_s() -> float:  # time spent on this run over all its attempts (the report's wall time)
@@ -247,17 +220,15 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
             else:
                 log.error("%s", line)
             print(f"error: job {job['num']}: {line}", file=sys.stderr)
-        write_status(job_dir, state=state, error=None if state == "interrupted" else line, ended=_now(),
-                     metrics=dict(_final_metrics), wall_s=wall_s())
+        write_status(job_dir, state=state, error=None if state == "interrupted" else line, ended=now(),
+                     metrics=dict(RunDir.final_metrics), wall_s=wall_s())
         if job is not None and state == "interrupted":  # the sweep stops here (Hydra calls no end callback)
             print("\n".join(summarize(job["dir"].parent, job["total"])[0]), file=sys.stderr)
         raise
-    write_status(job_dir, state="completed", error=None, ended=_now(), value=value, metrics=dict(_final_metrics),
+    write_status(job_dir, state="completed", error=None, ended=now(), value=value, metrics=dict(RunDir.final_metrics),
                  wall_s=wall_s())
     _durations.append(time.time() - t0)
-    from lab.runtime.rundir.lock import LOCK_NAME  # noqa: PLC0415
-
-    (job_dir / LOCK_NAME).unlink(missing_ok=True)  # released when the run ended; a completed job is never run again
+    RunDir(job_dir).drop_lock_file()  # released when the run ended; a completed job is never run again
     return value
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from lab.errors import LabError
+from lab.runtime.rundir.run_dir import RunDir
 
 log = logging.getLogger("lab")
 MODES = ("online", "offline", "disabled")
@@ -162,17 +163,14 @@ def is_own_resume(params: dict) -> bool:
     return bool(ckpt and out) and Path(ckpt).resolve().is_relative_to(Path(out).resolve())
 
 
-LAST_STEP_FILE = "wandb_last_step"  # in the run dir: "<W&B run id> <last step logged>", written when a run ends
-
-
 @functools.cache
 def step_wandb_logger():
     """Lightning's WandbLogger with W&B's `_step` = the training step instead of a count of `log` calls: a
     resumed run's next segment (another offline-run-* directory, or the same online run) continues at the
     step it resumed from, so after `wandb sync` the segments are one run whose steps increase and never
     repeat. Rows an earlier attempt of the same W&B run already logged (steps after its checkpoint, up to
-    the interruption: LAST_STEP_FILE) are not logged again, with one line saying how many (lab's resume is
-    exact: the values are the same). Logs without a step (tables) join the row of the last step. The config
+    the interruption: RunDir.wandb_last_step) are not logged again, with one line saying how many (lab's
+    resume is exact: the values are the same). Logs without a step (tables) join the row of the last step. The config
     it logs leaves out ckpt_path when it is the run's own checkpoint, so every attempt logs the first's."""
     from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
@@ -184,11 +182,8 @@ def step_wandb_logger():
             # setting has no effect
             self._wandb_init.pop("anonymous", None)
             self._last_step, self._logged_before, self._skipped = 0, -1, []
-            record = Path(self.save_dir or ".") / LAST_STEP_FILE
-            if record.is_file() and self._wandb_init.get("id"):
-                run_id, _, step = record.read_text().partition(" ")
-                if run_id == str(self._wandb_init["id"]) and step.strip().isdigit():
-                    self._logged_before = int(step)
+            if self._wandb_init.get("id"):
+                self._logged_before = RunDir(self.save_dir or ".").wandb_last_step(str(self._wandb_init["id"]))
 
         def log_metrics(self, metrics, step=None):
             step = self._last_step if step is None else int(step)
@@ -212,7 +207,7 @@ def step_wandb_logger():
         def finalize(self, status):
             if self._experiment is not None and self.save_dir:
                 step = max(self._last_step, self._logged_before)
-                (Path(self.save_dir) / LAST_STEP_FILE).write_text(f"{self._experiment.id} {step}\n")
+                RunDir(self.save_dir).record_wandb_last_step(self._experiment.id, step)
             super().finalize(status)
 
     return StepWandbLogger

@@ -3,6 +3,7 @@ work before Lightning starts processes, and what makes DDP/FSDP child processes 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 
 from lab.errors import LabError
 
+log = logging.getLogger("lab")
 # ModelParallelStrategy's precision plugins; 16-mixed needs a sharded grad scaler it does not have.
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 
@@ -143,6 +145,8 @@ def check_trainer(cfg) -> None:
 def compile_model(cfg, model) -> None:
     """`compile: true` compiles the whole model, except under FSDP2, where each block is compiled after
     it is sharded (FSDP2Strategy.compile_blocks follows `compile`): a compiled root would trace FSDP hooks."""
+    if cfg.get("compile"):
+        log.info("compile=true: torch.compile compiles the model during the first training step (a minute or more on CPU)")
     if cfg.get("compile") and _strategy_kind(cfg.trainer.get("strategy", "auto")) != "fsdp":
         model.compile()
 
