@@ -135,7 +135,7 @@ def test_wandb_run_id_is_kept_in_the_run_directory(tmp_path):
 
 
 def test_lock_refuses_a_second_holder_in_another_process(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", f"from lab.runtime import rundir; from pathlib import Path; "
+    holder = subprocess.Popen([sys.executable, "-c", f"from lab.runtime.rundir import lock as rundir; from pathlib import Path; "
                                f"rundir.lock_run_dir(Path({str(tmp_path)!r})); print('locked', flush=True); import time; time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -181,3 +181,17 @@ def test_sigkill_at_random_moments_leaves_every_checkpoint_loadable_and_auto_res
     assert final.returncode == 0, final.stderr[-3000:]
     assert step_of(run / "checkpoints" / "last.ckpt") == 600
     assert [int(r["step"]) for r in read_metrics(run) if r.get("train/loss")] == list(range(600))
+
+
+def test_a_failed_run_releases_its_directory(tmp_path):
+    """RunDir.claim locks the run directory for the run; a run that fails inside it lets go on the way out,
+    so another process can take the directory at once."""
+    cfg = OmegaConf.create({"name": "x", "ckpt_path": None, "paths": {"output_dir": str(tmp_path / "run")}})
+    take = [sys.executable, "-c", f"from lab.runtime.rundir.lock import lock_run_dir; from pathlib import Path; "
+            f"lock_run_dir(Path({str(tmp_path / 'run')!r}))"]
+    with pytest.raises(RuntimeError, match="the data failed"), RunDir.claim(cfg) as run_dir:
+        assert run_dir.path == tmp_path / "run"
+        assert subprocess.run(take, capture_output=True).returncode != 0, "the claimed directory was not locked"
+        raise RuntimeError("the data failed")
+    took = subprocess.run(take, capture_output=True, text=True)
+    assert took.returncode == 0, took.stderr[-2000:]
