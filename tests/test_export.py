@@ -134,11 +134,19 @@ MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="p
 PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
 
 
-@pytest.fixture(scope="module", params=["relu-tied", "gelu-untied-nobias"])
+TRANSLATORS = {  # layout, the class that reproduces it
+    "relu-tied": ({**MARIAN_LAYOUT, "ffn": "relu"}, "MarianMTModel"),
+    "gelu-untied-nobias": ({**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}, "MarianMTModel"),
+    "prenorm-gelu-tied": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "gelu"}, "PegasusForConditionalGeneration"),
+    "prenorm-relu-untied-nobias": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "relu", "bias": False,
+                                    "tie_embeddings": False}, "PegasusForConditionalGeneration"),
+}
+
+
+@pytest.fixture(scope="module", params=list(TRANSLATORS))
 def translator(request, tmp_path_factory):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
-    layout = {**MARIAN_LAYOUT, "ffn": "relu"} if request.param == "relu-tied" else \
-        {**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}
+    layout, hf_class = TRANSLATORS[request.param]
     torch.manual_seed(0)
     model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1,
                            **layout).eval()
@@ -147,7 +155,7 @@ def translator(request, tmp_path_factory):
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
     out = tmp_path_factory.mktemp(request.param)
-    assert export(model, tok, {}, out).hf_class == "MarianMTModel"
+    assert export(model, tok, {}, out).hf_class == hf_class
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     assert [hf_tok(p, add_special_tokens=False)["input_ids"] for p in PAIRS] == [tok.encode(p) for p in PAIRS]
     return tok, model, transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()

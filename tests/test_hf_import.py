@@ -52,13 +52,14 @@ def test_lm_round_trip_is_bit_exact(case, tmp_path):
     assert back.tokenizer.encode(TEXT) == tok.encode(TEXT)
 
 
-@pytest.mark.parametrize("ffn", ["relu", "gelu"])
-def test_translator_round_trip_is_bit_exact(ffn, tmp_path):
+@pytest.mark.parametrize(("ffn", "placement"), [("relu", "post"), ("gelu", "post"), ("relu", "pre"), ("gelu", "pre")])
+def test_translator_round_trip_is_bit_exact(ffn, placement, tmp_path):
+    """Marian (post-norm) and Pegasus (pre-norm, its final norms too)."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     torch.manual_seed(0)
     model = _perturbed(EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
                                       init_std=0.1, ffn=ffn, bias=ffn == "relu", tie_embeddings=ffn == "relu",
-                                      **MARIAN_LAYOUT))
+                                      **{**MARIAN_LAYOUT, "norm_placement": placement}))
     export(model, tok, {}, tmp_path)
     back = load(tmp_path).model
     _same_model(model, back)
@@ -150,13 +151,16 @@ def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
     _compare(out, (ids,), hf)
 
 
-def test_a_transformers_marian_imports_with_its_logits(tmp_path):
+@pytest.mark.parametrize("name", ["marian", "pegasus"])
+def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
-    config = transformers.MarianConfig(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
-                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                                       decoder_ffn_dim=48, max_position_embeddings=64, activation_function="relu",
-                                       pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
-    hf = _randomised(transformers.MarianMTModel(config))
+    config_class, model_class = {"marian": (transformers.MarianConfig, transformers.MarianMTModel),
+                                 "pegasus": (transformers.PegasusConfig, transformers.PegasusForConditionalGeneration)}[name]
+    config = config_class(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
+                          max_position_embeddings=64, activation_function="relu" if name == "marian" else "gelu_new",
+                          pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
+    hf = _randomised(model_class(config))
     out = _save(hf, tok, tmp_path)
     src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
