@@ -51,6 +51,9 @@ CASES = {
     "gpt2-bpe-untied-nobias": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "bias": False, "tie_embeddings": False}),
     "llama-bpe": ("LlamaForCausalLM", "bpe", LLAMA_LAYOUT),
     "llama-char-bias": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "bias": True}),
+    # far from the defaults (1e-6, 10000), so a mapping that dropped either would change the logits
+    "llama-bpe-eps-rope": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "norm_eps": 0.003, "rope_base": 50.0}),
+    "gpt2-bpe-eps": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "norm_eps": 0.01}),
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }

@@ -116,14 +116,20 @@ def bpe():
     return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "llama-bias-tied", "mixtral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
+    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5)."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
     if name == "gpt2":
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4,
                                                                   n_positions=64, activation_function="gelu_new"))
+    elif name == "gpt2-eps":
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                                  activation_function="gelu_new", layer_norm_epsilon=0.01))
+    elif name == "llama-eps-rope":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "rms_norm_eps": 0.01}, rope_theta=50.0))
     elif name.startswith("llama"):
         bias = name == "llama-bias-tied"
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,

@@ -9,7 +9,8 @@ LAYOUT = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared so
 
 def check(model) -> list[str]:
     cfg = model.cfg
-    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None}
+    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
+              "norm_eps": 1e-5}  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ("relu", "gelu"):
         missing.append("model.ffn=relu")  # or gelu
