@@ -54,6 +54,7 @@ CASES = {
     # far from the defaults (1e-6, 10000), so a mapping that dropped either would change the logits
     "llama-bpe-eps-rope": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "norm_eps": 0.003, "rope_base": 50.0}),
     "gpt2-bpe-eps": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "norm_eps": 0.01}),
+    "gpt2-bpe-erf": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "ffn": "gelu_erf"}),  # the exact GELU
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }

@@ -116,7 +116,7 @@ def bpe():
     return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
     """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5)."""
     V = bpe.vocab_size
@@ -125,6 +125,9 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
     if name == "gpt2":
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4,
                                                                   n_positions=64, activation_function="gelu_new"))
+    elif name == "gpt2-erf":  # activation_function "gelu": the exact GELU of released GPT-2 checkpoints
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                                  activation_function="gelu"))
     elif name == "gpt2-eps":
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                                                   activation_function="gelu_new", layer_norm_epsilon=0.01))
@@ -157,14 +160,16 @@ def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
     _compare(out, (ids,), hf)
 
 
-@pytest.mark.parametrize("name", ["marian", "pegasus"])
+@pytest.mark.parametrize("name", ["marian", "marian-erf", "pegasus"])
 def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     config_class, model_class = {"marian": (transformers.MarianConfig, transformers.MarianMTModel),
+                                 "marian-erf": (transformers.MarianConfig, transformers.MarianMTModel),
                                  "pegasus": (transformers.PegasusConfig, transformers.PegasusForConditionalGeneration)}[name]
+    act = {"marian": "relu", "marian-erf": "gelu", "pegasus": "gelu_new"}[name]  # "gelu": the exact GELU
     config = config_class(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
-                          max_position_embeddings=64, activation_function="relu" if name == "marian" else "gelu_new",
+                          max_position_embeddings=64, activation_function=act,
                           pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
     hf = _randomised(model_class(config))
     out = _save(hf, tok, tmp_path)

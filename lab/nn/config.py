@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
-FFN_KINDS = ("relu", "gelu", "swiglu", "relu_squared")
+FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
 
 
 @dataclass
@@ -51,7 +51,8 @@ class TransformerConfig:
     """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
     checkpoints use larger bases (Llama 3: 500000)."""
     ffn: str = "gelu"
-    """relu | gelu | swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
+    """relu | gelu (tanh-approximate, GPT-2's code) | gelu_erf (exact, as transformers' "gelu"; dense FFNs only) |
+    swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
     max_seq_len: int = 256
     """Longest sequence the position tables and KV caches hold."""
     tie_embeddings: bool = True
@@ -77,8 +78,8 @@ class TransformerConfig:
         check("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         check("positions", self.positions, POSITIONS)
         check("ffn", self.ffn, FFN_KINDS)
-        if self.ffn == "relu_squared" and self.moe:
-            raise ConfigError("model.ffn=relu_squared is for dense FFNs; the experts support relu, gelu and swiglu: "
+        if self.ffn in ("relu_squared", "gelu_erf") and self.moe:
+            raise ConfigError(f"model.ffn={self.ffn} is for dense FFNs; the experts support relu, gelu and swiglu: "
                               "set model.ffn=gelu (or model.moe=null)")
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
