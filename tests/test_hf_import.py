@@ -425,3 +425,13 @@ def test_lab_train_fine_tunes_a_transformers_marian(marian_dir, tmp_path):
     log = (run / "train.log").read_text()
     assert f"init_from {out} (MarianMTModel): loaded " in log and "new (trained from init): -" in log
     assert any(r.get("train/loss") for r in read_metrics(run))
+
+
+def test_the_exact_gelu_is_for_dense_ffns_only():
+    """The experts compute relu, tanh GELU or SwiGLU: gelu_erf with a mixture of experts is one error, not a
+    model that silently uses the tanh GELU."""
+    from lab.nn.config import ConfigError, TransformerConfig
+
+    TransformerConfig(ffn="gelu_erf")
+    with pytest.raises(ConfigError, match="model.ffn=gelu_erf is for dense FFNs"):
+        TransformerConfig(ffn="gelu_erf", moe={"num_experts": 4})
