@@ -256,7 +256,7 @@ def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
     bert, _ = small_bert
     train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
            "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
-           "+model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+           "model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
            "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
            "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
     (run,) = run_dirs(tmp_path)
