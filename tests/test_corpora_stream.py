@@ -319,3 +319,41 @@ def test_jsonl_records_are_documents_and_bad_lines_are_named_or_counted(tmp_path
     assert np.asarray(dm.train_tokens).tolist() == expected  # each record one document, in order
     assert dm.report["manifest"]["train"]["documents"] == 40
     assert [(e["count"], e["first"]) for e in dm.report["events"] if e["action"] == "dropped"] == [(1, ["a.jsonl:9"])]
+
+
+def test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows(tmp_path, monkeypatch):
+    """A save_to_disk directory and a .parquet file (written by `datasets` itself): each row's text is one
+    document, exactly, in order; the held-out tails are cut at rows, so even a 10-row table has val and test
+    (train ends at 0.65 of the bytes: rows 1-6; val at 0.87: rows 7-8; test: rows 9-10)."""
+    import datasets  # a dev dependency: real files of the library (the reader needs only lab[hf-datasets])
+
+    rows = [f"row {i}: " + "w\u00f6rd " * (i % 7) + "\n second line" for i in range(10)]
+    table = datasets.Dataset.from_dict({"text": rows, "n": list(range(10))})
+    table.save_to_disk(str(tmp_path / "saved"))
+    table.to_parquet(str(tmp_path / "t.parquet"))
+    for source in (tmp_path / "saved", tmp_path / "t.parquet"):
+        dm = datamodule(tmp_path / f"c-{source.name}", [str(source)], "char", val_fraction=0.22, test_fraction=0.13)
+        dm.setup()
+        for tokens, part in ((dm.train_tokens, rows[:6]), (dm.val_tokens, rows[6:8]), (dm.test_tokens, rows[8:])):
+            assert np.asarray(tokens).tolist() == [i for r in part for i in [*dm.tokenizer.encode(r), dm.vocab["eos_id"]]]
+
+    datasets.DatasetDict({"train": table, "test": table}).save_to_disk(str(tmp_path / "dict"))
+    refusals = {"dict": "holds several splits \\(train, test\\).*train_files=\\[.*dict/train\\]",
+                "saved": "has no column 'body' \\(its columns: text, n\\).*data.corpus.text_field="}
+    for name, message in refusals.items():
+        with pytest.raises(DataError, match=message):
+            datamodule(tmp_path / f"x{name}", [str(tmp_path / name)], "char", text_field="body").setup()
+    with pytest.raises(DataError, match="column 'n' holds int64, not text"):
+        datamodule(tmp_path / "xn", [str(tmp_path / "t.parquet")], "char", text_field="n").setup()
+    datasets.Dataset.from_dict({"text": ["a text " * 9, None, "more text here " * 9] * 4}).to_parquet(str(tmp_path / "null.parquet"))
+    with pytest.raises(DataError, match="row 2 has no 'text' value"):
+        datamodule(tmp_path / "xnull", [str(tmp_path / "null.parquet")], "char").setup()
+    skipped = datamodule(tmp_path / "xskip", [str(tmp_path / "null.parquet")], "char", bad_lines="skip")
+    skipped.setup()
+    assert [e["count"] for e in skipped.report["events"] if e["action"] == "dropped"] == [4]
+
+    real_import = __import__
+    monkeypatch.setattr("builtins.__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
+                        if name.startswith("pyarrow") else real_import(name, *a, **k))
+    with pytest.raises(DataError, match=r"install the reader: pip install 'lab\[hf-datasets\]'"):
+        datamodule(tmp_path / "xmissing", [str(tmp_path / "t.parquet")], "char").setup()

@@ -10,12 +10,13 @@ memorised neighbours.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.data.reading import DataReport, FileFormat, decode, drop_overlap, expand_files
 from lab.data.sources import PyPISdist
-from lab.data.stream import Stat, content_hash
+from lab.data.stream import TABLES, Stat, content_hash
 from lab.data.text import normalize_document
 from lab.errors import DataError
 
@@ -105,9 +106,27 @@ class Shakespeare:
         return Documents(docs(train_names, "train"), docs(self.val_works, "val"), hashlib.sha256(key.encode()).hexdigest()[:16], report)
 
 
+def dataset_files(pattern: str, field: str) -> list[str]:
+    """A directory written by Hugging Face datasets' save_to_disk (state.json): its .arrow files, in order;
+    anything else: the pattern itself. A DatasetDict's directory (several splits) is refused, naming them."""
+    path = Path(pattern).expanduser()
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        raise DataError(f"{field}: {pattern} holds several splits ({', '.join(splits)}); give one split's directory, "
+                        f"e.g. data.corpus.train_files=[{pattern}/{splits[0] if splits else 'train'}]")
+    if not (path / "state.json").is_file():
+        return [pattern]
+    try:
+        return [str(path / f["filename"]) for f in json.loads((path / "state.json").read_text())["_data_files"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{field}: {path / 'state.json'} is not a datasets state file ({e}); give the .arrow files") from e
+
+
 class TextFiles:
     """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read;
-    .jsonl: each line a JSON object whose `text_field` is a document, in the LM's streamed path).
+    .jsonl: each line a JSON object whose `text_field` is a document; Hugging Face datasets on disk with
+    lab[hf-datasets]: a save_to_disk directory (one split) or its .arrow files, .parquet files, each row's
+    `text_field` a document).
     Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
     streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
     test split). Read strictly as `encoding` (lab.data.reading.decode); empty files are skipped, an evaluation
@@ -127,8 +146,10 @@ class TextFiles:
 
     def _expand(self, patterns: list[str], field: str) -> list[Path]:
         """The files of config field `field` (lab.data.reading.expand_files: literal names first, each file
-        once); a file listed twice is noted in self.listing, which the datamodule's report takes in."""
-        return expand_files(patterns, f"data.corpus.{field}", self.listing, field)
+        once; a Hugging Face datasets directory: its .arrow files); a file listed twice is noted in
+        self.listing, which the datamodule's report takes in."""
+        return expand_files([f for p in patterns for f in dataset_files(p, f"data.corpus.{field}")],
+                            f"data.corpus.{field}", self.listing, field)
 
     def files(self, cache_dir: str | Path) -> list[FilePlan]:
         self.listing = DataReport("lm")  # files() runs at prepare and at setup: note each listing once
@@ -155,8 +176,9 @@ class TextFiles:
         return plans
 
     def _text_field(self, path: Path) -> str | None:
-        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst): the documents are the records' text_field."""
-        return self.text_field if ".jsonl" in path.suffixes else None
+        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst) and tables (.arrow, .parquet): the documents are
+        the records' text_field."""
+        return self.text_field if ".jsonl" in path.suffixes or path.suffix in TABLES else None
 
     def key(self, files: list[FilePlan], verify: str) -> str:
         return stat_key(files, verify)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -14,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.reading import DataReport
-from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, prepare, tokenizer_sample
+from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, tokenizer_sample
 from lab.data.stream import CHUNK, content_hash
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError
@@ -115,7 +116,7 @@ class LMDataModule(L.LightningDataModule):
         settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
         if self.tokenizer_from is not None:
             settings = {"tokenizer_from": str(self.tokenizer_from)}
-        prepare(out, files, make_tokenizer, EOS, settings)
+        prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings)
 
     def _given_tokenizer_file(self) -> Path:
         file = self.tokenizer_from / "tokenizer.json"
