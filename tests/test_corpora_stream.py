@@ -98,6 +98,12 @@ def test_compressed_file_gives_the_plain_files_tokens(tmp_path, monkeypatch, suf
     same = datamodule(tmp_path / "s", [str(packed_path)], "char", val_files=[str(tmp_path / "plain" / "a.txt")])
     with pytest.raises(DataError, match="nothing is left for validation"):  # the same text, compressed or not
         same.setup()
+    # a compressed file far smaller than a chunk has its held-out tails too: cut at the same fractions of its text
+    tails = datamodule(tmp_path / "t", [str(packed_path)], "char", val_fraction=0.2, test_fraction=0.1)
+    tails.setup()
+    parts = [tails.tokenizer.decode(np.asarray(t)[:-1].tolist()) for t in (tails.train_tokens, tails.val_tokens, tails.test_tokens)]
+    assert "".join(parts) == TEXT.replace("\r\n", "\n")
+    assert [round(len(x) / len("".join(parts)), 2) for x in parts] == [0.7, 0.2, 0.1]
 
 
 def test_a_killed_preparation_continues_with_the_unfinished_file(tmp_path, monkeypatch):
@@ -357,3 +363,44 @@ def test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows(
                         if name.startswith("pyarrow") else real_import(name, *a, **k))
     with pytest.raises(DataError, match=r"install the reader: pip install 'lab\[hf-datasets\]'"):
         datamodule(tmp_path / "xmissing", [str(tmp_path / "t.parquet")], "char").setup()
+
+
+def ranks_trainer(world: int, rank: int, accum: int, step: int = 0, max_steps: int = 5):
+    """What the datamodules read of a Lightning trainer on rank `rank` of `world` (e.g. 2 nodes x 2 devices)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(world_size=world, global_rank=rank, accumulate_grad_batches=accum, global_step=step,
+                           max_steps=max_steps, distributed_sampler_kwargs={"num_replicas": world, "rank": rank})
+
+
+def test_ranks_of_many_nodes_read_disjoint_windows_of_the_shards_and_a_resume_reads_the_rest(tmp_path):
+    """Three files, so windows cross shard boundaries. Simulated 2 nodes x 2 devices with gradient accumulation:
+    each optimizer step's windows over all ranks are the single process's (as token arrays, read from the
+    memory-mapped shards), no window is read by two ranks, and a run resumed at step 2 reads exactly the
+    uninterrupted run's windows of steps 2-4. The concatenated shards are the files' tokens in order."""
+    for name in "abc":
+        (tmp_path / f"{name}.txt").write_text(TEXT[:2500] + name * 40)
+    dm = datamodule(tmp_path, [str(tmp_path / f"{n}.txt") for n in "abc"], "char", val_fraction=0.2)
+    dm.batch_size = 8
+    dm.setup()
+    tokens = dm.train_tokens
+    assert len(tokens.maps) == 3 and np.array_equal(np.asarray(tokens), np.concatenate([np.asarray(m) for m in tokens.maps]))
+
+    def steps(world: int, accum: int, resumed_at: int = 0) -> list[list[tuple]]:
+        """Per optimizer step: the windows (token tuples) all ranks load, each rank's list checked disjoint."""
+        out = [[] for _ in range(5)]
+        for rank in range(world):
+            dm.trainer = ranks_trainer(world, rank, accum, step=resumed_at)
+            micro = [x for x, _ in dm.train_dataloader()]
+            assert len(micro) == (5 - resumed_at) * accum
+            for i, x in enumerate(micro):
+                out[resumed_at + i // accum] += [tuple(w.tolist()) for w in x]
+        return out
+
+    single = steps(1, 1)
+    slices = set(map(tuple, np.lib.stride_tricks.sliding_window_view(np.asarray(tokens), 16).tolist()))
+    assert all(w in slices for step in single for w in step)  # windows read across shard ends are contiguous text
+    many = steps(4, 2)
+    assert [sorted(s) for s in many] == [sorted(s) for s in single]  # the same windows, none read twice
+    assert steps(4, 2, resumed_at=2)[2:] == many[2:]
+    dm.trainer = None
