@@ -125,3 +125,24 @@ def test_a_prepared_corpus_is_found_without_reading_it_again(tmp_path, monkeypat
     changed = datamodule(tmp_path, [TextFiles([str(tmp_path / "a.txt")])], max_length=12)
     with pytest.raises(RuntimeError, match="prepared twice"):  # another segment length: another preparation
         changed.setup()
+
+
+def test_mlm_ranks_take_disjoint_batches_and_a_resumed_loader_continues_with_the_next(tmp_path):
+    """Training batches of the memory-mapped segments: 2 ranks take disjoint halves of the single process's
+    batch order, and a run resumed after 3 optimizer steps (accumulating 2) loads what the uninterrupted one
+    would have loaded next."""
+    from types import SimpleNamespace
+
+    (tmp_path / "a.txt").write_text(TEXT)
+    dm = datamodule(tmp_path, [TextFiles([str(tmp_path / "a.txt")])])
+    dm.setup()
+
+    def batches(world: int, rank: int, step: int = 0, accum: int = 1) -> list[list[int]]:
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, accumulate_grad_batches=accum, global_step=step)
+        return [list(b) for b in dm.train_dataloader().batch_sampler]
+
+    per_rank = [batches(2, r, accum=2) for r in range(2)]
+    assert not {i for b in per_rank[0] for i in b} & {i for b in per_rank[1] for i in b}
+    for r in range(2):
+        assert batches(2, r, step=3, accum=2) == per_rank[r][6:]
+    dm.trainer = None
