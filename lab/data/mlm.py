@@ -138,7 +138,7 @@ class Segments(torch.utils.data.Dataset):
 
     def __init__(self, directory: Path, shards: list[str], dtype: str):
         self.ids = [np.memmap(directory / s, dtype=dtype, mode="r") for s in shards]
-        self.offsets = [np.fromfile(directory / s.replace(".bin", ".idx"), np.int64) for s in shards]
+        self.offsets = [np.memmap(directory / s.replace(".bin", ".idx"), dtype=np.int64, mode="r") for s in shards]
         self.first = np.cumsum([0] + [len(o) - 1 for o in self.offsets])  # first[k]: index of shard k's first segment
 
     def __len__(self) -> int:
