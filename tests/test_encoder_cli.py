@@ -36,7 +36,7 @@ def test_mlm_run_reports_masked_accuracy_and_fills_masks(mlm_ckpt, tmp_path):
 def test_pretrained_classifier_loads_the_encoder_and_inference_agrees(mlm_ckpt, tmp_path):
     result = train(["+experiment=encoder_classifier_pretrained", f"model.init_from={mlm_ckpt}", *CLASSIFY], tmp_path)
     log = (last_run(tmp_path) / "train.log").read_text()
-    assert "loaded" in log and "new (trained from init): classifier.weight, classifier.bias" in log, result.stdout[-2000:]
+    assert "loaded" in log and "new (trained from init): pool.dense.weight, pool.dense.bias, classifier.weight, classifier.bias" in log, result.stdout[-2000:]
     run = last_run(tmp_path)
     test_acc = [float(r["test/acc"]) for r in read_metrics(run) if r.get("test/acc")]
     best = next((run / "checkpoints").glob("best-*.ckpt"))

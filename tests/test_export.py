@@ -51,6 +51,10 @@ CASES = {
     "gpt2-bpe-untied-nobias": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "bias": False, "tie_embeddings": False}),
     "llama-bpe": ("LlamaForCausalLM", "bpe", LLAMA_LAYOUT),
     "llama-char-bias": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "bias": True}),
+    # far from the defaults (1e-6, 10000), so a mapping that dropped either would change the logits
+    "llama-bpe-eps-rope": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "norm_eps": 0.003, "rope_base": 50.0}),
+    "gpt2-bpe-eps": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "norm_eps": 0.01}),
+    "gpt2-bpe-erf": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "ffn": "gelu_erf"}),  # the exact GELU
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }
@@ -134,11 +138,19 @@ MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="p
 PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
 
 
-@pytest.fixture(scope="module", params=["relu-tied", "gelu-untied-nobias"])
+TRANSLATORS = {  # layout, the class that reproduces it
+    "relu-tied": ({**MARIAN_LAYOUT, "ffn": "relu"}, "MarianMTModel"),
+    "gelu-untied-nobias": ({**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}, "MarianMTModel"),
+    "prenorm-gelu-tied": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "gelu"}, "PegasusForConditionalGeneration"),
+    "prenorm-relu-untied-nobias": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "relu", "bias": False,
+                                    "tie_embeddings": False}, "PegasusForConditionalGeneration"),
+}
+
+
+@pytest.fixture(scope="module", params=list(TRANSLATORS))
 def translator(request, tmp_path_factory):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
-    layout = {**MARIAN_LAYOUT, "ffn": "relu"} if request.param == "relu-tied" else \
-        {**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}
+    layout, hf_class = TRANSLATORS[request.param]
     torch.manual_seed(0)
     model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1,
                            **layout).eval()
@@ -147,7 +159,7 @@ def translator(request, tmp_path_factory):
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
     out = tmp_path_factory.mktemp(request.param)
-    assert export(model, tok, {}, out).hf_class == "MarianMTModel"
+    assert export(model, tok, {}, out).hf_class == hf_class
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     assert [hf_tok(p, add_special_tokens=False)["input_ids"] for p in PAIRS] == [tok.encode(p) for p in PAIRS]
     return tok, model, transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()

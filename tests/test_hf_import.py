@@ -52,13 +52,14 @@ def test_lm_round_trip_is_bit_exact(case, tmp_path):
     assert back.tokenizer.encode(TEXT) == tok.encode(TEXT)
 
 
-@pytest.mark.parametrize("ffn", ["relu", "gelu"])
-def test_translator_round_trip_is_bit_exact(ffn, tmp_path):
+@pytest.mark.parametrize(("ffn", "placement"), [("relu", "post"), ("gelu", "post"), ("relu", "pre"), ("gelu", "pre")])
+def test_translator_round_trip_is_bit_exact(ffn, placement, tmp_path):
+    """Marian (post-norm) and Pegasus (pre-norm, its final norms too)."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     torch.manual_seed(0)
     model = _perturbed(EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
                                       init_std=0.1, ffn=ffn, bias=ffn == "relu", tie_embeddings=ffn == "relu",
-                                      **MARIAN_LAYOUT))
+                                      **{**MARIAN_LAYOUT, "norm_placement": placement}))
     export(model, tok, {}, tmp_path)
     back = load(tmp_path).model
     _same_model(model, back)
@@ -115,14 +116,23 @@ def bpe():
     return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "llama-bias-tied", "mixtral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
+    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5)."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
     if name == "gpt2":
         hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4,
                                                                   n_positions=64, activation_function="gelu_new"))
+    elif name == "gpt2-erf":  # activation_function "gelu": the exact GELU of released GPT-2 checkpoints
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                                  activation_function="gelu"))
+    elif name == "gpt2-eps":
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                                  activation_function="gelu_new", layer_norm_epsilon=0.01))
+    elif name == "llama-eps-rope":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "rms_norm_eps": 0.01}, rope_theta=50.0))
     elif name.startswith("llama"):
         bias = name == "llama-bias-tied"
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,
@@ -150,13 +160,18 @@ def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
     _compare(out, (ids,), hf)
 
 
-def test_a_transformers_marian_imports_with_its_logits(tmp_path):
+@pytest.mark.parametrize("name", ["marian", "marian-erf", "pegasus"])
+def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
-    config = transformers.MarianConfig(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
-                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                                       decoder_ffn_dim=48, max_position_embeddings=64, activation_function="relu",
-                                       pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
-    hf = _randomised(transformers.MarianMTModel(config))
+    config_class, model_class = {"marian": (transformers.MarianConfig, transformers.MarianMTModel),
+                                 "marian-erf": (transformers.MarianConfig, transformers.MarianMTModel),
+                                 "pegasus": (transformers.PegasusConfig, transformers.PegasusForConditionalGeneration)}[name]
+    act = {"marian": "relu", "marian-erf": "gelu", "pegasus": "gelu_new"}[name]  # "gelu": the exact GELU
+    config = config_class(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
+                          max_position_embeddings=64, activation_function=act,
+                          pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)
+    hf = _randomised(model_class(config))
     out = _save(hf, tok, tmp_path)
     src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
@@ -241,7 +256,7 @@ def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
     bert, _ = small_bert
     train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
            "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
-           "+model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+           "model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
            "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
            "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
     (run,) = run_dirs(tmp_path)
@@ -312,3 +327,111 @@ def test_an_lm_fine_tunes_from_a_transformers_gpt2_with_its_tokenizer(bpe, tmp_p
     with pytest.raises(LabError, match=f"the data's tokenizer is not the model's.*data.tokenizer_from={out}"):
         init_from(GPT(own.vocab["vocab_size"], **{k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"}),
                   str(out), {"tokenizer": own.tokenizer.to_json()})
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory):
+    """A random-weight MarianMTModel with a Marian-style tokenizer.json: </s> = 0, <unk> = 1, <pad> the last id
+    and the decoder's start token (as Helsinki-NLP's), no <s>. -> (directory, the model)."""
+    out = tmp_path_factory.mktemp("marian")
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["</s>", "<unk>"], vocab_size=200, kind="bpe")
+    tok.backend.add_special_tokens(["<pad>"])
+    vocab = tok.backend.get_vocab_size(with_added_tokens=True)
+    config = transformers.MarianConfig(vocab_size=vocab, d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                                       decoder_ffn_dim=48, max_position_embeddings=64, activation_function="relu",
+                                       pad_token_id=vocab - 1, eos_token_id=0, decoder_start_token_id=vocab - 1,
+                                       scale_embedding=True)
+    return _save(_randomised(transformers.MarianMTModel(config)), tok, out), vocab
+
+
+def _pairs_file(tmp_path):
+    rows = [f"{de} {n}\t{en} {n}" for n in ("eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht")
+            for de, en in zip(PAIRS, ("What time is it?", "That is a small house by the lake.", "I don't know, maybe tomorrow."))]
+    (tmp_path / "pairs.tsv").write_text("\n".join(rows) + "\n")
+    return tmp_path / "pairs.tsv"
+
+
+def test_a_translator_fine_tunes_from_a_transformers_marian_with_its_tokenizer(marian_dir, tmp_path):
+    """data.tokenizer_from=<Marian dir>: both sides are encoded by the directory's tokenizer with its own specials
+    (sources end in </s> = 0, targets start with <pad>, Marian's decoder start, padded with <pad>), so
+    model.init_from=<same dir> passes the vocabulary and special-token checks and lab's logits on the data's own
+    batch are transformers'. With lab's own tokenizer init_from refuses, naming data.tokenizer_from."""
+    from tokenizers import Tokenizer
+
+    from lab.data.parallel import ParallelDataModule, ParallelFiles
+    from lab.data.text import normalize_sentence
+    from lab.runtime.hf.importing import init_from
+
+    out, vocab = marian_dir
+    tsv = _pairs_file(tmp_path)
+
+    def data(**given):
+        dm = ParallelDataModule(ParallelFiles(str(tsv)), valid_size=4, test_size=4, max_tokens=64, batch_size=6,
+                                cache_dir=str(tmp_path / "cache"), **given)
+        dm.prepare_data()
+        dm.setup()
+        return dm
+
+    dm = data(tokenizer_from=str(out))
+    assert dm.vocab == {"vocab_size": vocab, "pad_id": vocab - 1, "bos_id": vocab - 1, "eos_id": 0}
+    batch = dm.collate([dm.datasets["valid"][i] for i in range(4)])
+    marian_tok = Tokenizer.from_file(str(out / "tokenizer.json"))  # the file itself, as transformers reads it
+    for row, src in zip(batch["source"].tolist(), batch["source_text"]):
+        ids = marian_tok.encode(normalize_sentence(src), add_special_tokens=False).ids + [0]
+        assert row == ids + [vocab - 1] * (len(row) - len(ids))
+    assert batch["target"][:, 0].tolist() == [vocab - 1] * 4
+    imported = load(out)
+    model = EncoderDecoder(**dm.vocab, **{k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"})
+    init_from(model, str(out), {"tokenizer": dm.tokenizer.to_json()})
+    hf = transformers.MarianMTModel.from_pretrained(out).eval()
+    src, tgt = batch["source"], batch["target"][:, :-1]
+    with torch.no_grad():
+        ours = model.eval()(src, tgt)
+        theirs = hf(input_ids=src, attention_mask=src != vocab - 1, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.1
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+    own = data(vocab_size=260)  # the pairs' own BPE: <pad> <s> </s> = 0, 1, 2
+    with pytest.raises(LabError, match=f"the data's tokenizer is not the model's.*data.tokenizer_from={out}"):
+        init_from(EncoderDecoder(**own.vocab, **{k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"}),
+                  str(out), {"tokenizer": own.tokenizer.to_json()})
+
+
+def test_a_translator_with_other_special_ids_is_refused(marian_dir):
+    """The same vocabulary numbered into other specials (a start token that is not the model's) is one error."""
+    from lab.runtime.hf.importing import init_from
+
+    out, vocab = marian_dir
+    imported = load(out)
+    settings = {k: v for k, v in vars(imported.model.cfg).items() if k != "init_std"}
+    model = EncoderDecoder(vocab, pad_id=vocab - 1, bos_id=0, eos_id=0, **settings)
+    with pytest.raises(LabError, match=f"special tokens are not the model's: bos_id=0 \\(the model's: {vocab - 1}\\)"):
+        init_from(model, str(out), {})
+
+
+@pytest.mark.slow  # a training run (lab.train in a subprocess)
+def test_lab_train_fine_tunes_a_transformers_marian(marian_dir, tmp_path):
+    """model.init_from + data.tokenizer_from through lab.train on the user's own pairs: every tensor loaded, and
+    the imported model trains (the training loss is logged)."""
+    from conftest import read_metrics, run_dirs, train
+
+    out, _ = marian_dir
+    train(["+experiment=translator_vanilla", "data=parallel_text", f"data.train_file={_pairs_file(tmp_path)}",
+           f"model.init_from={out}", f"data.tokenizer_from={out}", "model.d_model=32", "model.n_layers=2",
+           "model.n_heads=4", "model.d_ff=48", "model.max_seq_len=64", "data.valid_size=4", "data.test_size=4",
+           "data.batch_size=8", "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1",
+           "test=false", "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path / "runs")
+    (run,) = run_dirs(tmp_path / "runs")
+    log = (run / "train.log").read_text()
+    assert f"init_from {out} (MarianMTModel): loaded " in log and "new (trained from init): -" in log
+    assert any(r.get("train/loss") for r in read_metrics(run))
+
+
+def test_the_exact_gelu_is_for_dense_ffns_only():
+    """The experts compute relu, tanh GELU or SwiGLU: gelu_erf with a mixture of experts is one error, not a
+    model that silently uses the tanh GELU."""
+    from lab.nn.config import ConfigError, TransformerConfig
+
+    TransformerConfig(ffn="gelu_erf")
+    with pytest.raises(ConfigError, match="model.ffn=gelu_erf is for dense FFNs"):
+        TransformerConfig(ffn="gelu_erf", moe={"num_experts": 4})

@@ -177,14 +177,17 @@ def test_translator_training_ids_equal_inference_ids(tmp_path):
 
 
 def test_mlm_training_ids_equal_fill_mask_ids(tmp_path):
-    from lab.data.classification import BERT_SPECIALS
-    from lab.data.mlm import segments_of
-    from lab.data.tokenizers import train_tokenizer
+    from lab.data.corpora import TextFiles
+    from lab.data.mlm import MLMDataModule
     from lab.runtime.inference.predict import encode_masked
 
-    tok = train_tokenizer("wordpiece", ["wie spät ist es? [pad] a b c"] * 20, BERT_SPECIALS, 200)
-    (segment,) = segments_of([("doc", RAW + " [PAD]")], tok, 64)
-    assert segment == [tok.token_id("[CLS]"), *encode_masked(tok, RAW + " [PAD]"), tok.token_id("[SEP]")]
+    records = ["wie spät ist es? [pad] a b c"] * 20 + [RAW + " [PAD]"] + ["a b c"] * 4  # a record: a segment of its own
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in records))
+    dm = MLMDataModule([TextFiles([str(tmp_path / "a.jsonl")], val_fraction=0.05)], vocab_size=200,
+                       cache_dir=str(tmp_path / "cache"))
+    dm.setup()
+    tok, train = dm.tokenizer, dm.datasets["train"]
+    assert train[20][1] == [tok.token_id("[CLS]"), *encode_masked(tok, RAW + " [PAD]"), tok.token_id("[SEP]")]
 
 
 def test_lm_training_ids_equal_prompt_ids(tmp_path):

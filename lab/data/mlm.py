@@ -1,23 +1,34 @@
 """Masked-language-modelling data: unlabelled text cut into [CLS] ... [SEP] segments, masked by the collator
 (the one place masking happens), BERT's rule: choose 15% of the real tokens; of those, 80% -> [MASK],
-10% -> a random token, 10% unchanged. Special tokens and padding are never chosen."""
+10% -> a random token, 10% unchanged. Special tokens and padding are never chosen.
+
+The corpora are streamed into shards once (lab.data.shards, as the LM's): each document's lines packed into
+segments, their ids in `<split>-<file>.bin` and where each segment starts in `.idx`; training memory-maps them.
+"""
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+from functools import partial
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
+from lab.data.cache import write_once
 from lab.data.classification import BERT_SPECIALS
-from lab.data.corpora import Documents
-from lab.data.reading import DataReport
+from lab.data.corpora import FilePlan
+from lab.data.reading import DataReport, FileFormat
+from lab.data.shards import MANIFEST, Progress, Shard, prepare, tokenizer_sample
 from lab.data.text import normalize_sentence
-from lab.data.tokenizers import load_or_train
+from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
 
+log = logging.getLogger("lab")
 IGNORE = -100  # target of positions that were not chosen (F.cross_entropy's ignore_index)
 
 
@@ -60,55 +71,125 @@ class MaskingCollator:
         return inputs, targets
 
 
-class Indexed(torch.utils.data.Dataset):
-    """(index, segment) pairs: the collator derives fixed validation masks from the indices."""
+class SegmentShard(Shard):
+    """The MLM's shard of one file and split: each document's lines ("\\n"-separated, normalize_sentence'd,
+    blank ones left out) packed greedily into [CLS] ... [SEP] segments of at most max_length tokens; a line
+    longer than a segment is cut (counted: facts["truncated"]). Short texts (one sentence) stay one segment
+    each. .bin: the segments' ids one after another; .idx: int64 offsets, segment k is bin[idx[k]:idx[k+1]]."""
 
-    def __init__(self, segments: list[list[int]]):
-        self.segments = segments
+    suffixes = (".bin", ".idx")
+
+    def __init__(self, stem: Path, tok, dtype: np.dtype, progress: Progress, max_length: int):
+        super().__init__(stem, progress)
+        self.tok, self.dtype, self.room = tok, dtype, max_length - 2
+        self.cls, self.sep = tok.token_id("[CLS]"), tok.token_id("[SEP]")
+        self.facts.update(segments=0, truncated=0)
+        self.line, self.current, self.written = "", [], 0
+        self.doc = {"characters": 0, "bytes": 0, "segments": 0, "tokens": 0}
+        np.zeros(1, np.int64).tofile(self.files[".idx"])
+
+    def write(self, pieces: list[str]) -> None:
+        text = self.line + "".join(pieces)
+        lines = text.split("\n")
+        self.line = lines.pop()  # the line may go on in the next pieces
+        self._pack(lines)
+        self.doc["characters"] += sum(map(len, pieces))
+        self.doc["bytes"] += sum(len(p.encode("utf-8")) for p in pieces)
+
+    def end_document(self) -> None:
+        self._pack([self.line])
+        self._write([self.current] if self.current else [])
+        if self.doc["segments"]:  # a document without a non-blank line makes no segment and is no document
+            self.facts["documents"] += 1
+            for k, v in self.doc.items():
+                self.facts[k] += v
+        self.line, self.current = "", []
+        self.doc = {"characters": 0, "bytes": 0, "segments": 0, "tokens": 0}
+
+    def _pack(self, lines: list[str]) -> None:
+        lines = [x for x in map(normalize_sentence, lines) if x]
+        done = []
+        for ids in self.tok.encode_batch(lines) if lines else []:
+            if len(ids) > self.room:
+                self.facts["truncated"] += 1
+                ids = ids[: self.room]
+            if self.current and len(self.current) + len(ids) > self.room:
+                done.append(self.current)
+                self.current = []
+            self.current = self.current + ids
+        self._write(done)
+
+    def _write(self, segments: list[list[int]]) -> None:
+        if not segments:
+            return
+        lengths = np.fromiter((len(s) + 2 for s in segments), np.int64, count=len(segments))
+        ids = np.fromiter((i for s in segments for i in (self.cls, *s, self.sep)), self.dtype, count=int(lengths.sum()))
+        ids.tofile(self.f)
+        (self.written + np.cumsum(lengths)).tofile(self.files[".idx"])
+        self.written += len(ids)
+        self.doc["tokens"] += len(ids)
+        self.doc["segments"] += len(segments)
+        self.progress.add(0, len(ids))
+
+
+class Segments(torch.utils.data.Dataset):
+    """One split's segments from its shards, memory-mapped. Item i: (i, ids of segment i); the collator derives
+    fixed evaluation masks from the indices."""
+
+    def __init__(self, directory: Path, shards: list[str], dtype: str):
+        self.ids = [np.memmap(directory / s, dtype=dtype, mode="r") for s in shards]
+        self.offsets = [np.memmap(directory / s.replace(".bin", ".idx"), dtype=np.int64, mode="r") for s in shards]
+        self.first = np.cumsum([0] + [len(o) - 1 for o in self.offsets])  # first[k]: index of shard k's first segment
 
     def __len__(self) -> int:
-        return len(self.segments)
+        return int(self.first[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:  # [N] tokens per segment (the bucketing sampler sorts by them)
+        return np.concatenate([np.diff(o).astype(np.int32) for o in self.offsets])
 
     def __getitem__(self, i: int) -> tuple[int, list[int]]:
-        return i, self.segments[i]
+        k = int(np.searchsorted(self.first, i, side="right")) - 1
+        o = self.offsets[k]
+        j = i - int(self.first[k])
+        return i, self.ids[k][o[j] : o[j + 1]].tolist()
 
 
-def segments_of(docs: list[tuple[str, str]], tok, max_length: int, truncated: list[str] | None = None) -> list[list[int]]:
-    """Each document's lines packed greedily into [CLS] ... [SEP] segments of at most max_length tokens;
-    a line longer than a segment is truncated (its "document:line" appended to `truncated`). Short texts
-    (one sentence) stay one segment each."""
-    cls, sep, room = tok.token_id("[CLS]"), tok.token_id("[SEP]"), max_length - 2
-    out = []
-    for name, text in docs:
-        normalized = ((n, normalize_sentence(ln)) for n, ln in enumerate(text.splitlines(), 1))
-        lines = [(n, ln) for n, ln in normalized if ln]
-        current: list[int] = []
-        for (n, _), ids in zip(lines, tok.encode_batch([ln for _, ln in lines])):
-            if len(ids) > room and truncated is not None:
-                truncated.append(f"{name}:{n}")
-            ids = ids[:room]
-            if current and len(current) + len(ids) > room:
-                out.append([cls, *current, sep])
-                current = []
-            current += ids
-        if current:
-            out.append([cls, *current, sep])
-    return out
+def planned(corpus, cache_dir: Path, verify: str) -> tuple[list[FilePlan], str, DataReport]:
+    """A corpus as files to stream and its cache key. A corpus with `files()` (text files, Shakespeare) is
+    streamed from its files; one with only `load()` -> Documents (a labelled data set's sentences: small, held
+    in memory by its own loader) is written once as JSON lines in the cache, a record per document."""
+    if hasattr(corpus, "files"):
+        files = corpus.files(cache_dir)
+        return files, corpus.key(files, verify), getattr(corpus, "listing", DataReport())
+    docs = corpus.load(cache_dir)
+    fmt, plans = FileFormat(prefix="data.corpora."), []
+    for split, items in (("train", docs.train), ("val", docs.val)):
+        path = cache_dir / "mlm" / f"documents-{docs.fingerprint}-{split}.jsonl"
+        if not path.exists():
+            write_once(path, "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for _, t in items))
+        plans.append(FilePlan(path, f"{type(corpus).__name__}:{split}", (split,), (), split, fmt, "text"))
+    return plans, docs.fingerprint, docs.report
 
 
 class MLMDataModule(L.LightningDataModule):
     """Fields:
-    corpora: unlabelled corpora (lab.data.corpora interface: load(cache_dir) -> Documents), concatenated.
-    vocab_size: WordPiece vocabulary, trained on the corpora's train texts (cached).
+    corpora: unlabelled corpora, concatenated: lab.data.corpora's (TextFiles, Shakespeare: streamed, with
+    their val / test parts) or any with load(cache_dir) -> Documents (train and val, held in memory once).
+    vocab_size: WordPiece vocabulary, trained on tokenizer_sample_mb MB of the training text (lab.data.shards
+    tokenizer_sample; null: all of it), cached.
     max_length: tokens per segment incl. [CLS] / [SEP]. batch_size: GLOBAL segments per step.
-    mask_prob / replace_mask / replace_random: the masking rule. eval_batches: validation batches (null: all).
+    mask_prob / replace_mask / replace_random: the masking rule.
+    eval_batches: validation batches, a sampled estimate (the shortest segments' batches first; null: all).
+    The test pass scores every test segment once (masks fixed by the seed); without a test split, the val split.
+    verify: stat (the cache key is each file's name, size and modification time) | content (its bytes' hash).
     """
     shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
     def __init__(self, corpora: list, vocab_size: int = 8000, max_length: int = 64, batch_size: int = 64,
                  mask_prob: float = 0.15, replace_mask: float = 0.8, replace_random: float = 0.1,
                  bucketing: bool = True, eval_batches: int | None = 50, cache_dir: str = "~/.cache/lab",
-                 seed: int = 1337, num_workers: int = 0):
+                 seed: int = 1337, num_workers: int = 0, tokenizer_sample_mb: float | None = 100, verify: str = "stat"):
         super().__init__()
         if not corpora:
             raise DataError("data.corpora is empty; give at least one corpus (e.g. the movie reviews or text_files)")
@@ -116,41 +197,65 @@ class MLMDataModule(L.LightningDataModule):
         self.batch_size, self.bucketing, self.eval_batches = batch_size, bucketing, eval_batches
         self.masking = {"mask_prob": mask_prob, "replace_mask": replace_mask, "replace_random": replace_random}
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
-        self.tokenizer = None
+        self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
+        self.verify, self.tokenizer = verify, None
 
-    def _documents(self) -> Documents:
-        loaded = [c.load(self.cache_dir) for c in self.corpora]
-        key = "|".join(d.fingerprint for d in loaded)
-        report = DataReport("mlm")
-        for d in loaded:
-            report.merge(d.report)
-        return Documents([x for d in loaded for x in d.train], [x for d in loaded for x in d.val],
-                         hashlib.sha256(key.encode()).hexdigest()[:16], report)
-
-    def _tokenizer(self, docs: Documents):
-        key = hashlib.sha256(f"{docs.fingerprint}|wordpiece|{self.vocab_size_setting}".encode()).hexdigest()[:16]
-        return load_or_train(self.cache_dir / "mlm" / f"tokenizer-{key}.json", "wordpiece",
-                             (t for _, t in docs.train), BERT_SPECIALS, self.vocab_size_setting)
+    def _plan(self) -> tuple[Path, Path, list[FilePlan], DataReport]:
+        """-> (the prepared directory, the tokenizer's cache file, the files, what planning read)."""
+        files, keys, report = [], [], DataReport("mlm")
+        for corpus in self.corpora:
+            f, key, read = planned(corpus, self.cache_dir, self.verify)
+            files, keys = files + f, keys + [key]
+            report.merge(read)
+        tok_key = f"{'|'.join(keys)}|wordpiece|{self.vocab_size_setting}|{self.sample_bytes}"
+        tok_file = self.cache_dir / "mlm" / f"tokenizer-{hashlib.sha256(tok_key.encode()).hexdigest()[:16]}.json"
+        key = hashlib.sha256(f"{tok_key}|segments|{self.max_length}".encode()).hexdigest()[:16]
+        return self.cache_dir / "mlm" / key, tok_file, files, report
 
     def prepare_data(self) -> None:
-        self._tokenizer(self._documents())
+        out, tok_file, files, _ = self._plan()
+
+        def make_tokenizer(path: Path):
+            tok = load_or_train(tok_file, "wordpiece", tokenizer_sample(files, self.sample_bytes), BERT_SPECIALS,
+                                self.vocab_size_setting)
+            path.write_text(tok.to_json())
+            return tok
+
+        settings = {"tokenizer": "wordpiece", "vocab_size": self.vocab_size_setting, "max_length": self.max_length,
+                    "tokenizer_sample_bytes": self.sample_bytes}
+        prepare(out, files, make_tokenizer, partial(SegmentShard, max_length=self.max_length), settings)
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None:
             return
-        docs = self._documents()
-        self.tokenizer = tok = self._tokenizer(docs)
-        self.segments, report = {}, docs.report
-        for split, split_docs in (("train", docs.train), ("val", docs.val)):
-            truncated: list[str] = []
-            self.segments[split] = segs = segments_of(split_docs, tok, self.max_length, truncated)
-            if not segs:
-                raise DataError(f"the MLM {split} text is empty; check data.corpora")
-            report.split(split, documents=len(split_docs), characters=sum(len(t) for _, t in split_docs), segments=len(segs))
-            for where in truncated:
-                report.note("truncated", split, f"lines longer than data.max_length={self.max_length} tokens (cut)", where)
-        self.report = report.to_dict()
+        out, _, _, read = self._plan()
+        if not (out / MANIFEST).exists():
+            self.prepare_data()
+        meta = json.loads((out / MANIFEST).read_text())
+        report, splits = DataReport.from_dict(meta["report"]), meta["splits"]
+        report.task = "mlm"
+        report.merge(read)
+        for split, facts in splits.items():
+            if not facts.get("segments"):
+                raise DataError(f"the MLM {split} text is empty; check data.corpora (each corpus's {split} part)")
+            report.split(split, documents=facts["documents"], characters=facts["characters"], segments=facts["segments"],
+                         tokens=facts["tokens"])
+            if facts.get("truncated"):
+                report.note("truncated", split, f"lines longer than data.max_length={self.max_length} tokens (cut)",
+                            count=facts["truncated"])
+        self.report = {**report.to_dict(), "prepared": str(out), "manifest": {s: {k: v for k, v in f.items() if k != "names"}
+                                                                               for s, f in splits.items()}}
         report.log()
+        self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
+        self.datasets = {s: Segments(out, f["shards"], meta["dtype"]) for s, f in splits.items()}
+        self.use_for_test("test" if "test" in splits else "val")
+        log.info("data: val/* is an estimate from the first %s validation batches (data.eval_batches); test/* scores "
+                 "every segment of the %s split once", self.eval_batches or "all",
+                 "test" if "test" in splits else "val (no test split: give the corpora a test part, e.g. test_works)")
+
+    def use_for_test(self, split: str) -> None:
+        """The split the test pass scores (lab.eval split=valid: every validation segment)."""
+        self.test_split = split
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -162,25 +267,28 @@ class MLMDataModule(L.LightningDataModule):
         return MaskingCollator(t.token_id("[PAD]"), t.token_id("[MASK]"), t.vocab_size,
                                [t.token_id(s) for s in BERT_SPECIALS], seed=seed, **self.masking)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        segs = self.segments[split]
+    def _loader(self, split: str, stage: str) -> DataLoader:
+        segs = self.datasets[split]
         t = self.trainer
         rank, world = (t.global_rank, t.world_size) if t is not None else (0, 1)
         bs = per_device_batch(self.batch_size, t)
-        lengths = [len(s) for s in segs] if self.bucketing else [0] * len(segs)  # all equal: plain random batches
-        sampler = BucketBatchSampler(lengths, bs, shuffle, self.seed, rank=rank, world=world)
-        if shuffle:
-            sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
-        elif self.eval_batches:
-            sampler = list(sampler)[: self.eval_batches]
-        return DataLoader(Indexed(segs), batch_sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=self.collator(None if shuffle else self.seed))
+        lengths = segs.lengths if self.bucketing else np.zeros(len(segs), np.int32)  # all equal: plain random batches
+        if stage == "test":  # every segment once: rank r of W takes sorted batches r, r + W, ... (none dropped)
+            sampler = list(BucketBatchSampler(lengths, bs, False))[rank::world]
+        else:
+            sampler = BucketBatchSampler(lengths, bs, stage == "train", self.seed, rank=rank, world=world)
+            if stage == "train":
+                sampler.resume(t)  # a resumed run continues with the batch the interrupted one would have loaded next
+            elif self.eval_batches:
+                sampler = list(sampler)[: self.eval_batches]
+        return DataLoader(segs, batch_sampler=sampler, num_workers=self.num_workers,
+                          collate_fn=self.collator(None if stage == "train" else self.seed))
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        return self._loader("train", "train")
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self._loader("val", "val")
 
     def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+        return self._loader(self.test_split, "test")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import re
 import tempfile
@@ -35,16 +36,26 @@ from lab.data.reading import (
     text_of,
 )
 from lab.data.sources import DebianPackage, sha256_of
+from lab.data.stream import content_hash
 from lab.data.text import normalize_sentence
-from lab.data.tokenizers import load_or_train
+from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir
 from lab.errors import DataError, excerpts
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"  # ids 0, 1, 2: the tokenizer adds specials first, in this order
 SPECIALS = [PAD, BOS, EOS]
 
+
+def special_ids(tokenizer) -> dict[str, int]:
+    """pad/bos/eos ids of the tokenizer: lab's own are 0, 1, 2; a Marian tokenizer (data.tokenizer_from) has no
+    <s>, and its model starts every target with <pad> (Marian's decoder_start_token_id), so bos is pad there."""
+    pad, bos, eos = (tokenizer.token_id(t) for t in SPECIALS)
+    return {"pad_id": pad, "bos_id": pad if bos is None else bos, "eos_id": eos}
+
 TRANS_DE_EN = DebianPackage(
     "trans-de-en", "1.9-6", "usr/share/trans/de-en", "34052c6021d09eadfee7a893a789204265954df70fe9c36d38fa00058d79d326"
 )
+
+log = logging.getLogger("lab")
 
 Pair = tuple[str, str, str]  # (source, target, "file:line" it came from)
 _ANNOTATION = re.compile(r"\s*(\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\))")  # {m}, [coll.], (something); innermost first
@@ -213,6 +224,8 @@ def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_t
     side (with bos/eos) are dropped; held-out sources are cut to max_tokens, targets for the loss only (the
     reference text is untouched); each counted in the report. -> facts for meta.json."""
     n, dtype = max_tokens, np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+    ids = special_ids(tokenizer)
+    bos, eos = ids["bos_id"], ids["eos_id"]
     starts, totals, kept, dropped, chars = [(0, 0)], [0, 0], 0, 0, [0, 0]
     with (open(directory / f"{split}.source.bin", "wb") as fs, open(directory / f"{split}.target.bin", "wb") as ft,
           open(directory / f"{split}.texts.jsonl", "w", encoding="utf-8") as fx):
@@ -222,7 +235,7 @@ def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_t
             targets = tokenizer.encode_batch([normalize_sentence(p[1]) for p in part])
             src_ids, tgt_ids = [], []
             for (s, t, where), src, tgt in zip(part, sources, targets):
-                src, tgt = src + [2], [1] + tgt + [2]
+                src, tgt = src + [eos], [bos] + tgt + [eos]
                 if split == "train":  # teacher forcing feeds max_tokens - 1 target positions
                     if len(src) > n or len(tgt) > n + 1:
                         report.note("dropped", split, f"pairs longer than data.max_tokens={n} tokens on either side", where)
@@ -232,11 +245,11 @@ def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_t
                     if len(src) > n:
                         report.note("truncated", split, f"sources longer than data.max_tokens={n} tokens (cut; the "
                                     "reference is untouched)", where)
-                        src = src[: n - 1] + [2]
+                        src = src[: n - 1] + [eos]
                     if len(tgt) > n:
                         report.note("truncated", split, f"targets longer than data.max_tokens={n} tokens, cut for the "
                                     "loss only (BLEU scores the whole reference)", where)
-                        tgt = tgt[:n] + [2]
+                        tgt = tgt[:n] + [eos]
                 src_ids += src
                 tgt_ids += tgt
                 totals = [totals[0] + len(src), totals[1] + len(tgt)]
@@ -268,6 +281,8 @@ class ParallelDataModule(L.LightningDataModule):
     epoch's last batch may hold fewer.
     batch_tokens: when set, training batches are cut by GLOBAL padded tokens (source + target) instead of
     batch_size pairs, from pairs of similar length (random batches of Ding are 56% padding).
+    tokenizer_from: a Hugging Face model directory whose tokenizer.json encodes both sides instead of a trained
+    BPE (fine-tuning an imported Marian model: model.init_from=<the same dir>); vocab_size is then unused.
     Held-out batches keep the split's order; the task decodes the pairs whose index is below its
     val_bleu_sentences, a seeded random sample of the split when it was cut from train.
     eval_batches: validation/test batches to use, the first ones in that order (null: all).
@@ -277,7 +292,7 @@ class ParallelDataModule(L.LightningDataModule):
                  vocab_size: int = 8000, max_tokens: int = 128, batch_size: int = 64, eval_batch_size: int = 100,
                  batch_tokens: int | None = None, eval_batches: int | None = None, eval_overlap: str = "drop",
                  cache_dir: str = "~/.cache/lab",
-                 seed: int = 1337, num_workers: int = 0):
+                 seed: int = 1337, num_workers: int = 0, tokenizer_from: str | None = None):
         super().__init__()
         if eval_overlap not in OVERLAP:
             raise DataError(f"data.eval_overlap={eval_overlap!r} is not valid; choose one of {', '.join(OVERLAP)}")
@@ -290,6 +305,7 @@ class ParallelDataModule(L.LightningDataModule):
                             "batches of data.batch_size pairs")
         self.batch_tokens, self.eval_batches = batch_tokens, eval_batches
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
+        self.tokenizer_from = None if tokenizer_from is None else Path(tokenizer_from).expanduser()
         self.tokenizer = None
         self.datasets: dict[str, PairDataset] = {}
 
@@ -322,9 +338,35 @@ class ParallelDataModule(L.LightningDataModule):
 
     def _prepared_dir(self) -> Path:
         """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
-        key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{self.vocab_size_setting}|"
+        # a given tokenizer by its own bytes, not its directory's name
+        vocab = self.vocab_size_setting if self.tokenizer_from is None else f"from:{content_hash(self._given_tokenizer())}"
+        key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{vocab}|"
                f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
         return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def _given_tokenizer(self) -> Path:
+        file = self.tokenizer_from / "tokenizer.json"
+        if not file.is_file():
+            raise DataError(f"data.tokenizer_from={self.tokenizer_from} has no tokenizer.json; give a Hugging Face model "
+                            "directory (config.json, model.safetensors, tokenizer.json)")
+        return file
+
+    def _tokenizer(self, path: Path, splits: dict[str, list[Pair]]):
+        """The joint BPE trained on both sides of the training split, or data.tokenizer_from's; either written
+        to path (lab's JSON) and checked for the specials the batches use."""
+        if self.tokenizer_from is None:
+            texts = (normalize_sentence(text) for s, t, _ in splits["train"] for text in (s, t))
+            tokenizer = load_or_train(path, "bpe", texts, SPECIALS, self.vocab_size_setting)
+            if [tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
+                raise DataError(f"the tokenizer lacks the pad/bos/eos specials as ids 0, 1, 2; delete {path.parent}")
+            return tokenizer
+        tokenizer = tokenizer_from_hf_dir(self.tokenizer_from)
+        absent = [t for t in (PAD, EOS) if tokenizer.token_id(t) is None]
+        if absent:
+            raise DataError(f"data.tokenizer_from={self.tokenizer_from}: its tokenizer has no {' or '.join(absent)} "
+                            "token, which every batch uses (padding, end of sentence); give a Marian-style tokenizer")
+        path.write_text(tokenizer.to_json())
+        return tokenizer
 
     def prepare_data(self) -> None:
         """Read the corpus, split it, train the tokenizer and write every split as token ids (write_split) into
@@ -339,10 +381,7 @@ class ParallelDataModule(L.LightningDataModule):
         del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        texts = (normalize_sentence(text) for s, t, _ in splits["train"] for text in (s, t))
-        tokenizer = load_or_train(tmp / "tokenizer.json", "bpe", texts, SPECIALS, self.vocab_size_setting)
-        if [tokenizer.token_id(t) for t in SPECIALS] != [0, 1, 2]:
-            raise DataError(f"the tokenizer lacks the pad/bos/eos specials as ids 0, 1, 2; delete {tmp}")
+        tokenizer = self._tokenizer(tmp / "tokenizer.json", splits)
         dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
         meta = {"dtype": np.dtype(dtype).name, "splits": {}}
         for split in ("train", "valid", "test"):
@@ -360,6 +399,9 @@ class ParallelDataModule(L.LightningDataModule):
         if not (out / "meta.json").exists():
             self.prepare_data()
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
+        if self.tokenizer.token_id(BOS) is None:
+            log.info("data: the tokenizer has no %s: every target starts with %s (id %d), as Marian's decoder does",
+                     BOS, PAD, self.tokenizer.token_id(PAD))
         meta = json.loads((out / "meta.json").read_text())
         self.datasets = {split: PairDataset(out, split, meta["dtype"], hold_texts=split != "train")
                          for split in ("train", "valid", "test")}
@@ -374,15 +416,15 @@ class ParallelDataModule(L.LightningDataModule):
 
     @property
     def vocab(self) -> dict[str, int]:
-        ids = {f"{name}_id": self.tokenizer.token_id(tok) for name, tok in (("pad", PAD), ("bos", BOS), ("eos", EOS))}
-        return {"vocab_size": self.tokenizer.vocab_size, **ids}
+        return {"vocab_size": self.tokenizer.vocab_size, **special_ids(self.tokenizer)}
 
     def checkpoint_metadata(self) -> dict:
         return {"corpus": self.corpus.name, "reverse": self.reverse}
 
     def collate(self, rows) -> dict:
         texts, src, tgt, index = zip(*rows)
-        batch = {"source": pad_batch(src, 0), "target": pad_batch(tgt, 0), "index": torch.tensor(index)}
+        pad = special_ids(self.tokenizer)["pad_id"]
+        batch = {"source": pad_batch(src, pad), "target": pad_batch(tgt, pad), "index": torch.tensor(index)}
         if texts[0] is not None:  # held-out splits: the strings BLEU is computed on
             batch["source_text"], batch["reference_text"] = [p[0] for p in texts], [p[1] for p in texts]
         return batch

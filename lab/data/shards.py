@@ -118,12 +118,46 @@ def no_space(directory: Path, needed: int) -> DataError:
                      "(finished files are kept)")
 
 
-class _Shard:
-    """One split's shard of a file being written, and the document being appended to it."""
+class Shard:
+    """One split's shard of a file being written: its files (one per suffix) under temporary names until
+    publish(), so a killed preparation leaves nothing a later run would trust. Subclasses say what a document
+    becomes: write(pieces) takes the next pieces of the current document's text, end_document() ends it."""
 
-    def __init__(self, path: Path, encode: Encoder, progress: Progress):
-        self.f, self.encode, self.progress = open(path, "wb"), encode, progress  # noqa: SIM115 - closed by the caller
+    suffixes = (".bin",)
+
+    def __init__(self, stem: Path, progress: Progress):
+        self.stem, self.progress = stem, progress
+        self.files = {s: open(self._tmp(s), "wb") for s in self.suffixes}  # noqa: SIM115 - closed by close()
+        self.f = self.files[".bin"]
         self.facts = {"tokens": 0, "bytes": 0, "characters": 0, "documents": 0}
+
+    def _tmp(self, suffix: str) -> Path:
+        return self.stem.with_name(f".{self.stem.name}{suffix}.tmp")
+
+    def sync(self) -> None:
+        for f in self.files.values():
+            f.flush()
+            os.fsync(f.fileno())
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def publish(self) -> None:
+        """Give the finished files their names (a shard without tokens is removed)."""
+        for s in self.suffixes:
+            if self.facts["tokens"]:
+                self._tmp(s).rename(self.stem.with_name(self.stem.name + s))
+            else:
+                self._tmp(s).unlink()
+
+
+class TokenShard(Shard):
+    """The LM's shard: the ids of the documents, each followed by the end-of-text id."""
+
+    def __init__(self, stem: Path, tok, dtype: np.dtype, progress: Progress, eos_token: str):
+        super().__init__(stem, progress)
+        self.encode, self.eos = Encoder(tok, dtype), tok.token_id(eos_token)
         self._begin()
 
     def _begin(self) -> None:
@@ -138,12 +172,12 @@ class _Shard:
         self.blank = self.blank and not any(p.strip() for p in pieces)
         self.progress.add(0, len(ids))
 
-    def end_document(self, eos: int) -> None:
+    def end_document(self) -> None:
         if self.blank:  # whitespace only: no document (an empty file is skipped, and said)
             self.f.seek(self.start)
             self.f.truncate()
         else:
-            np.asarray([eos], self.encode.dtype).tofile(self.f)  # so no window pretends two documents are one text
+            np.asarray([self.eos], self.encode.dtype).tofile(self.f)  # so no window pretends two documents are one text
             for k in ("tokens", "bytes"):
                 self.doc[k] += 1
             for k, v in self.doc.items():
@@ -153,19 +187,23 @@ class _Shard:
         self._begin()
 
 
-def _prepare_file(index: int, plan: FilePlan, encode: Encoder, eos: int, build: Path, progress: Progress) -> dict:
+NewShard = Callable[[Path, object, np.dtype, Progress], Shard]  # (stem, tokenizer, dtype, progress) -> a shard
+
+
+def _prepare_file(index: int, plan: FilePlan, new_shard: NewShard, tok, dtype: np.dtype, build: Path,
+                  progress: Progress) -> dict:
     """Stream one file into its shards (one per split it feeds) -> its done record."""
     stat, report = Stat.of(plan.path), DataReport()
     text_hash = hashlib.sha256()
-    outs: dict[str, _Shard] = {}
+    outs: dict[str, Shard] = {}
     try:
         for split in set(plan.splits):
-            outs[split] = _Shard(build / f".{split}-{index:05d}.bin.tmp", encode, progress)
+            outs[split] = new_shard(build / f"{split}-{index:05d}", tok, dtype, progress)
         current, carry = 0, ""
         for part, text in documents_of(plan, report, plan.cuts):
             if part != current or text is None:  # a document ends: the file's part, or a record
                 outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
-                outs[plan.splits[current]].end_document(eos)
+                outs[plan.splits[current]].end_document()
                 current, carry = part, ""
                 if text is None:
                     continue
@@ -174,27 +212,22 @@ def _prepare_file(index: int, plan: FilePlan, encode: Encoder, eos: int, build: 
             outs[plan.splits[current]].write([normalize_document(p) for p in pieces])
             progress.add(len(text), 0)
         outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
-        outs[plan.splits[current]].end_document(eos)
+        outs[plan.splits[current]].end_document()
         for shard in outs.values():
-            shard.f.flush()
-            os.fsync(shard.f.fileno())
+            shard.sync()
     except OSError as e:
         if e.errno == errno.ENOSPC:
-            raise no_space(build, Stat.of(plan.path).size * 2 * encode.dtype.itemsize) from e
+            raise no_space(build, Stat.of(plan.path).size * 2 * dtype.itemsize) from e
         raise DataError(f"cannot prepare {plan.path}: {e}") from e
     finally:
         for shard in outs.values():
-            shard.f.close()
+            shard.close()
     record = {"name": plan.name, "field": plan.field, "splits": {s: shard.facts for s, shard in outs.items()}}
     stat.check_unchanged()
     if not any(s["documents"] for s in record["splits"].values()):
         report.note("skipped", plan.field, "empty files", str(plan.path))
-    for split in outs:
-        tmp = build / f".{split}-{index:05d}.bin.tmp"
-        if record["splits"][split]["tokens"]:
-            tmp.rename(build / f"{split}-{index:05d}.bin")
-        else:
-            tmp.unlink()
+    for shard in outs.values():
+        shard.publish()
     record["hash"], record["report"] = text_hash.hexdigest(), report.to_dict()
     return record
 
@@ -211,10 +244,11 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], object], eos_token: str,
+def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], object], new_shard: NewShard,
             settings: dict) -> None:
     """Build `out` (the published directory: manifest.json, tokenizer.json, shards) unless it exists.
-    make_tokenizer(path) trains (or loads) the tokenizer cached at path."""
+    make_tokenizer(path) trains (or loads) the tokenizer cached at path; new_shard makes each file's shards
+    (TokenShard for the LM, lab.data.mlm's SegmentShard for the MLM)."""
     if (out / MANIFEST).exists():
         return
     with locked(out.parent / f".{out.name}.lock"):
@@ -223,8 +257,7 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
         build = out.parent / f".build-{out.name}"
         (build / "done").mkdir(parents=True, exist_ok=True)
         tok = make_tokenizer(build / "tokenizer.json")
-        dtype, eos = dtype_for(tok.vocab_size), tok.token_id(eos_token)
-        encode = Encoder(tok, dtype)
+        dtype = dtype_for(tok.vocab_size)
         records = {}
         for i in range(len(files)):
             with contextlib.suppress(FileNotFoundError, ValueError):
@@ -234,7 +267,7 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
         todo = [i for i in range(len(files)) if i not in records]
         progress = Progress(sum(Stat.of(files[i].path).size for i in todo))
         for i in todo:
-            records[i] = _prepare_file(i, files[i], encode, eos, build, progress)
+            records[i] = _prepare_file(i, files[i], new_shard, tok, dtype, build, progress)
             progress.file_done(Stat.of(files[i].path).size)
             done = build / "done" / f".{i:05d}.json.tmp"
             done.write_text(json.dumps(records[i]))
@@ -269,8 +302,9 @@ def _manifest(files: list[FilePlan], records: list[dict], vocab_size: int, dtype
         entries = [(i, records[i]["name"], records[i]["splits"][s]) for i in range(len(files))
                    if s in records[i]["splits"] and (s, i) in keep and records[i]["splits"][s]["tokens"]]
         if entries or s != "test":
+            facts = dict.fromkeys(("documents", "characters", "tokens", "bytes", *(k for _, _, e in entries for k in e)))
             splits[s] = {"shards": [f"{s}-{i:05d}.bin" for i, _, _ in entries], "names": [n for _, n, _ in entries],
-                         **{k: sum(e[k] for _, _, e in entries) for k in ("documents", "characters", "tokens", "bytes")}}
+                         **{k: sum(e[k] for _, _, e in entries) for k in facts}}
     return {"vocab_size": vocab_size, "dtype": dtype.name, "settings": settings, "splits": splits,
             "report": report.to_dict()}
 

@@ -85,7 +85,7 @@ def make_block(
     return Block(
         self_attn=attn(False),
         ffn=make_feed_forward(cfg, layer, causal),
-        norms=[make_norm(cfg.norm, cfg.d_model, cfg.bias) for _ in range(n_sublayers)],
+        norms=[make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) for _ in range(n_sublayers)],
         pre_norm=cfg.norm_placement == "pre",
         dropout=cfg.dropout,
         cross_attn=attn(True) if cross_attention else None,
@@ -98,10 +98,10 @@ class TransformerStack(nn.Module):
     def __init__(self, cfg: TransformerConfig, causal: bool, cross_attention: bool = False):
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len) if cfg.positions == "rotary" else None
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base) if cfg.positions == "rotary" else None
         self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention, i, causal) for i in range(cfg.n_layers))
         pre = cfg.norm_placement == "pre"
-        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias) if pre else nn.Identity()
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if pre else nn.Identity()
 
     def new_caches(self, batch: int, max_len: int | None = None, like: torch.Tensor | None = None) -> list[KVCache]:
         """One self-attention cache per layer, sized for max_len positions (default: the context window)."""
@@ -144,7 +144,7 @@ class Embeddings(nn.Module):
         self.tokens = nn.Embedding(vocab_size, cfg.d_model)
         self.positions = make_absolute_positions(cfg.positions, cfg.max_seq_len, cfg.d_model)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias) if cfg.embed_norm else None
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if cfg.embed_norm else None
         self.max_len = cfg.max_seq_len
         self.dropout = cfg.dropout
 

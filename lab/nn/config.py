@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
-FFN_KINDS = ("relu", "gelu", "swiglu", "relu_squared")
+FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
 
 
 @dataclass
@@ -40,12 +40,19 @@ class TransformerConfig:
     """Bias in linear layers and LayerNorm."""
     norm: str = "layernorm"
     """layernorm | rmsnorm."""
+    norm_eps: float | None = None
+    """The norms' epsilon (added to the variance). None: 1e-5 for layernorm (PyTorch's), 1e-6 for rmsnorm;
+    imported checkpoints bring theirs (Llama 2: 1e-5)."""
     norm_placement: str = "pre"
     """pre: x + f(norm(x)) with a final norm (GPT-2); post: norm(x + f(x)) (Vaswani et al.)."""
     positions: str = "learned"
     """learned | sinusoidal (added to embeddings) | rotary (applied to queries/keys) | none."""
+    rope_base: float = 10000.0
+    """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
+    checkpoints use larger bases (Llama 3: 500000)."""
     ffn: str = "gelu"
-    """relu | gelu | swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
+    """relu | gelu (tanh-approximate, GPT-2's code) | gelu_erf (exact, as transformers' "gelu"; dense FFNs only) |
+    swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
     max_seq_len: int = 256
     """Longest sequence the position tables and KV caches hold."""
     tie_embeddings: bool = True
@@ -71,8 +78,8 @@ class TransformerConfig:
         check("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         check("positions", self.positions, POSITIONS)
         check("ffn", self.ffn, FFN_KINDS)
-        if self.ffn == "relu_squared" and self.moe:
-            raise ConfigError("model.ffn=relu_squared is for dense FFNs; the experts support relu, gelu and swiglu: "
+        if self.ffn in ("relu_squared", "gelu_erf") and self.moe:
+            raise ConfigError(f"model.ffn={self.ffn} is for dense FFNs; the experts support relu, gelu and swiglu: "
                               "set model.ffn=gelu (or model.moe=null)")
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
@@ -86,6 +93,11 @@ class TransformerConfig:
             raise ConfigError("rotary positions need an even head size (d_model / n_heads)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.norm_eps is None:
+            self.norm_eps = 1e-5 if self.norm == "layernorm" else 1e-6
+        for name in ("norm_eps", "rope_base"):
+            if not float(getattr(self, name)) > 0:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
 

@@ -17,7 +17,7 @@ class RMSNorm(nn.Module):
         return torch.nn.functional.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
+def make_norm(kind: str, dim: int, bias: bool, eps: float) -> nn.Module:
     if kind == "rmsnorm":
-        return RMSNorm(dim)
-    return nn.LayerNorm(dim, bias=bias)
+        return RMSNorm(dim, eps)
+    return nn.LayerNorm(dim, eps=eps, bias=bias)

@@ -16,7 +16,8 @@ LN_EPS = 1e-5  # nn.LayerNorm's default, which lab uses
 def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post", "ffn": "gelu",
-              "embed_norm": True, "scale_embeddings": False, "moe": None}
+              "embed_norm": True, "scale_embeddings": False, "moe": None,
+              "norm_eps": LN_EPS}  # BERT has one layer_norm_eps, also for the MLM head's norm (lab's: PyTorch's)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if hasattr(model, "classifier"):
         if model.head_kind != "sequence":

@@ -8,9 +8,12 @@ LAYOUT = "pre-norm layernorm, learned positions, gelu FFN, no MoE, unscaled embe
 
 def check(model) -> list[str]:
     cfg = model.cfg
-    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "pre", "ffn": "gelu",
-              "scale_embeddings": False, "moe": None}
-    return [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "pre", "scale_embeddings": False, "moe": None}
+    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    return missing + ([] if cfg.ffn in ACTIVATION else ["model.ffn=gelu"])
+
+
+ACTIVATION = {"gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> GPT-2's activation_function (tanh / exact)
 
 
 def _t(linear) -> torch.Tensor:
@@ -41,8 +44,8 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
     config = {
         "model_type": "gpt2", "n_embd": D, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
         "n_positions": cfg.max_seq_len, "n_ctx": cfg.max_seq_len,
-        "activation_function": "gelu_new",  # tanh-approximate GELU, as lab's FFN
-        "layer_norm_epsilon": 1e-5, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
+        "activation_function": ACTIVATION[cfg.ffn],
+        "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
         "scale_attn_weights": True, "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
     return config, s
@@ -55,13 +58,13 @@ def arch(config: dict, state: dict, name: str, tok) -> dict:
     """GPT2LMHeadModel's config.json -> lab.models.gpt.GPT's arguments (the inverse of convert's config)."""
     from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
 
-    setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh"), "gelu_new")  # lab's tanh GELU
-    setting(config, "layer_norm_epsilon", (1e-5,), 1e-5)
+    act = setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu_new")
     setting(config, "scale_attn_by_inverse_layer_idx", (False,), False)
     D = config["n_embd"]
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["n_layer"], "n_heads": config["n_head"],
             "d_ff": config.get("n_inner") or 4 * D, "max_seq_len": config["n_positions"],
             "dropout": float(config.get("resid_pdrop", 0.0)), "positions": "learned", "norm": "layernorm",
-            "norm_placement": "pre", "ffn": "gelu", "scale_embeddings": False,
+            "norm_placement": "pre", "ffn": "gelu_erf" if act == "gelu" else "gelu", "scale_embeddings": False,
+            "norm_eps": float(config.get("layer_norm_epsilon", 1e-5)),
             "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
             "bias": has_bias(state, lambda k: k.endswith(".bias") and k.split(".")[-2] in BIASES)}

@@ -208,7 +208,8 @@ def init_from(model, path: str, meta: dict) -> None:
     if type(imported.model).__name__ not in wanted.get(kind, ()):
         raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
                        "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM -> the LM; BertForMaskedLM, "
-                       "BertForSequenceClassification -> the classifier; MarianMTModel -> the translator")
+                       "BertForSequenceClassification -> the classifier; MarianMTModel, PegasusForConditionalGeneration -> the "
+                       "translator")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
     hints = [as_typed(h, keys) for h in differences(model, imported.model)]
     if hints:
@@ -218,10 +219,13 @@ def init_from(model, path: str, meta: dict) -> None:
         from lab.data.tokenizers import tokenizer_from_json  # noqa: PLC0415
 
         if vocabulary(tokenizer_from_json(meta["tokenizer"])) != vocabulary(imported.tokenizer):
-            fix = (f"read the data with it: data.tokenizer_from={path}" if kind in ("EncoderClassifier", "GPT") else
-                   "lab's translation data trains its own tokenizer (no data.tokenizer_from yet), so only a "
-                   "model exported from a run on this data and tokenizer can continue here")
-            raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); {fix}")
+            raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); read "
+                           f"the data with it: data.tokenizer_from={path}")
+    ids = [f"{k}={getattr(model, k)} (the model's: {getattr(imported.model, k)})" for k in ("pad_id", "bos_id", "eos_id")
+           if hasattr(model, k) and getattr(model, k) != getattr(imported.model, k)]
+    if ids:  # a translator's specials come from the data: the same vocabulary may number them otherwise
+        raise LabError(f"model.init_from={path}: the data's special tokens are not the model's: {', '.join(ids)}; read "
+                       f"the data with its tokenizer: data.tokenizer_from={path}")
     own, src = model.state_dict(), imported.model.state_dict()
     head = ("classifier.",) if kind == "EncoderClassifier" else ()
     loaded = [k for k in own if k in src and not k.startswith(head) and own[k].shape == src[k].shape]

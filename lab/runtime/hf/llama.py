@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch
 
 LAYOUT = "pre-norm rmsnorm, rotary positions, swiglu FFN, no MoE, unscaled embeddings"
-RMS_EPS = 1e-6  # lab.nn.norms.RMSNorm's default
 
 
 def check(model) -> list[str]:
@@ -49,8 +48,8 @@ def backbone_config(model) -> dict:
     return {
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": RMS_EPS,
-        "rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_base, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
         "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
         "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
@@ -77,17 +76,16 @@ def backbone_arch(config: dict) -> dict:
 
     D, H = config["hidden_size"], config["num_attention_heads"]
     setting(config, "hidden_act", ("silu",), "silu")
-    setting(config, "rms_norm_eps", (RMS_EPS,), 1e-6)
     setting(config, "num_key_value_heads", (H, None), H)  # lab has no grouped-query attention
     setting(config, "head_dim", (D // H, None), D // H)
     rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)}
-    if rope.get("rope_type", "default") != "default" or float(rope.get("rope_theta", 10000.0)) != 10000.0 \
-            or config.get("rope_scaling"):
-        raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions are rope_theta=10000 without "
-                       "scaling")
+    if rope.get("rope_type", "default") != "default" or config.get("rope_scaling"):
+        raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions have a base (rope_theta) "
+                       "without scaling")
     setting(config, "sliding_window", (None,), None)
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
             "max_seq_len": config["max_position_embeddings"], "dropout": float(config.get("attention_dropout", 0.0)),
+            "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
 

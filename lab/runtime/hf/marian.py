@@ -9,13 +9,17 @@ LAYOUT = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared so
 
 def check(model) -> list[str]:
     cfg = model.cfg
-    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None}
+    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
+              "norm_eps": 1e-5}  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
-    if cfg.ffn not in ("relu", "gelu"):
+    if cfg.ffn not in ACTIVATION:
         missing.append("model.ffn=relu")  # or gelu
     if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
         missing.append("model.share_embeddings=true")
     return missing
+
+
+ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> activation_function
 
 
 def hidden_order(d: int) -> torch.Tensor:
@@ -27,6 +31,12 @@ def hidden_order(d: int) -> torch.Tensor:
 
 
 def convert(model, meta: dict) -> tuple[dict, dict]:
+    return convert_layers(model, "marian")
+
+
+def convert_layers(model, model_type: str) -> tuple[dict, dict]:
+    """The BART-family encoder-decoder both Marian and Pegasus are: every layer, the shared embedding, lm_head
+    and the config fields they share (Pegasus adds its final norms)."""
     cfg = model.cfg
     D = cfg.d_model
     order = hidden_order(D)
@@ -71,12 +81,15 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
     # the positional tables are recomputed by Marian itself (in its own order); lab's lm_head may be untied
     s["lm_head.weight"] = reads(model.lm_head.weight)
     s["final_logits_bias"] = torch.zeros(1, model.vocab_size)
+    for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+        if not isinstance(stack.final_norm, torch.nn.Identity):  # pre-norm: the norm after the last layer
+            s |= norm(f"model.{side}.layer_norm", stack.final_norm)
     config = {
-        "model_type": "marian", "is_encoder_decoder": True, "d_model": D,
+        "model_type": model_type, "is_encoder_decoder": True, "d_model": D,
         "encoder_layers": cfg.n_layers, "decoder_layers": cfg.n_layers,
         "encoder_attention_heads": cfg.n_heads, "decoder_attention_heads": cfg.n_heads,
         "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
-        "activation_function": "relu" if cfg.ffn == "relu" else "gelu_new",
+        "activation_function": ACTIVATION[cfg.ffn],
         "max_position_embeddings": cfg.max_seq_len, "scale_embedding": bool(cfg.scale_embeddings),
         "dropout": cfg.dropout, "attention_dropout": 0.0, "activation_dropout": 0.0,
         "share_encoder_decoder_embeddings": True, "tie_word_embeddings": bool(cfg.tie_embeddings),
@@ -89,10 +102,15 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """MarianMTModel's config.json -> lab.models.seq2seq.EncoderDecoder's arguments."""
+    return layers_arch(config, state, "post")
+
+
+def layers_arch(config: dict, state: dict, norm_placement: str) -> dict:
+    """The config.json fields Marian and Pegasus share -> EncoderDecoder's arguments."""
     from lab.errors import LabError  # noqa: PLC0415
     from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
 
-    act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh"), "gelu")
+    act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")
     setting(config, "share_encoder_decoder_embeddings", (True,), True)
     sides = {k: (config[f"encoder_{k}"], config[f"decoder_{k}"]) for k in ("layers", "attention_heads", "ffn_dim")}
     if any(a != b for a, b in sides.values()):
@@ -103,7 +121,7 @@ def arch(config: dict, state: dict, name: str, tok) -> dict:
             "d_model": config["d_model"], "n_layers": sides["layers"][0], "n_heads": sides["attention_heads"][0],
             "d_ff": sides["ffn_dim"][0], "max_seq_len": config["max_position_embeddings"],
             "dropout": float(config.get("dropout", 0.1)), "positions": "sinusoidal", "norm": "layernorm",
-            "norm_placement": "post", "ffn": "relu" if act == "relu" else "gelu",
+            "norm_placement": norm_placement, "ffn": {"relu": "relu", "gelu": "gelu_erf"}.get(act, "gelu"),
             "scale_embeddings": bool(config.get("scale_embedding", False)),
             "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
             "bias": has_bias(state, lambda k: k.startswith("model.") and k.endswith(".bias"))}
