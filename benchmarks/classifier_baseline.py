@@ -5,7 +5,7 @@ on exactly the train split the encoder classifier trains on (lab.data.classifica
     python benchmarks/classifier_baseline.py [--cache ~/.cache/lab] [--split-seed 0] [--runs RUN_DIR ...]
 
 Features: word 1-2-grams and character 2-5-grams (within word boundaries) of the text as the model sees it
-(lab.data.text.normalize_sentence), sublinear tf; C chosen on the validation split from a small grid. Prints
+(lab.data.sources.text.normalize_sentence), sublinear tf; C chosen on the validation split from a small grid. Prints
 validation and test accuracy and macro-F1. Needs scikit-learn (a dev dependency).
 
 --runs: lab.train run directories (or checkpoints) of the encoder classifier on the same data. Each one's best
@@ -27,7 +27,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 
 from lab.data.classification import MovieReviews, load_split
-from lab.data.text import normalize_sentence
+from lab.data.sources.text import normalize_sentence
 from lab.runtime.checkpoints.reading import load_model, resolve_checkpoint
 from lab.runtime.inference.predict import classify, trained_length
 

@@ -1,4 +1,4 @@
-"""Streamed LM preparation (lab.data.stream, lab.data.shards): exact ids, every byte in one split, resumable,
+"""Streamed LM preparation (lab.data.sources.stream, lab.data.shards): exact ids, every byte in one split, resumable,
 cached by file stats, refusing what it cannot do; the full-pass test windows score every token once."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import lab.data.shards as shards
-import lab.data.stream as stream
+import lab.data.sources.stream as stream
 from lab.data.corpora import TextFiles
 from lab.data.lm import EOS, LMDataModule
-from lab.data.reading import DataReport, FileFormat
 from lab.data.shards import FullPassWindows, ShardedTokens
+from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.tokenizers import train_tokenizer
 from lab.errors import DataError
 

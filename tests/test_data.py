@@ -9,7 +9,7 @@ import torch
 
 from lab.data.corpora import SHAKESPEARE, Shakespeare, TextFiles
 from lab.data.lm import LMDataModule, RandomWindows
-from lab.data.sources import PyPISdist
+from lab.data.sources.packages import PyPISdist
 from lab.data.tokenizers import tokenizer_from_json, train_tokenizer
 from lab.errors import DataError
 

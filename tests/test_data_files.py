@@ -317,7 +317,7 @@ def test_language_model_reads_the_users_text_exactly(tmp_path, files, options, e
 def _build_everything(cache: Path, inputs: Path) -> dict[str, str]:
     """Every cache writer of lab.data on tiny inputs -> a hash of what each left in the cache."""
     from lab.data.classification import LabelledFiles
-    from lab.data.sources import extract_once
+    from lab.data.sources.packages import extract_once
     from lab.data.tokenizers import load_or_train
 
     digest = lambda data: hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()[:12]  # noqa: E731

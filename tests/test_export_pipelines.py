@@ -150,7 +150,7 @@ def test_classifier_pipeline_accuracy_equals_lab_classify_on_the_test_split(tmp_
 
     from lab.data.classification import BERT_SPECIALS as SPECIALS
     from lab.data.classification import MovieReviews, load_split
-    from lab.data.text import normalize_sentence
+    from lab.data.sources.text import normalize_sentence
 
     splits, _ = load_split(MovieReviews(), CACHE_DIR, 0)
     tok = HFTokenizer.train([normalize_sentence(t) for t, _, _ in splits["train"]], SPECIALS, 2000, "wordpiece")

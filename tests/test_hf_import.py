@@ -360,7 +360,7 @@ def test_a_translator_fine_tunes_from_a_transformers_marian_with_its_tokenizer(m
     from tokenizers import Tokenizer
 
     from lab.data.parallel import ParallelDataModule, ParallelFiles
-    from lab.data.text import normalize_sentence
+    from lab.data.sources.text import normalize_sentence
     from lab.runtime.hf.importing import init_from
 
     out, vocab = marian_dir

@@ -8,7 +8,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from lab.data.text import normalize_document, normalize_sentence
+from lab.data.sources.text import normalize_document, normalize_sentence
 from lab.errors import LabError
 
 # Text that Hydra's override grammar rejects or rewrites, each must come through untouched.

@@ -16,7 +16,7 @@ import torch
 from conftest import ROOT, TINY_LM, run_dirs, train
 from test_inference import TRICKY
 
-from lab.data.text import normalize_document, normalize_sentence
+from lab.data.sources.text import normalize_document, normalize_sentence
 
 ENCODER = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "data.batch_size=16", "trainer.max_steps=30",
            "trainer.val_check_interval=15", "trainer.log_every_n_steps=1", "logger.wandb.mode=disabled",

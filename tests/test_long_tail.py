@@ -21,7 +21,7 @@ import pytest
 from test_data_files import BASE, PAIRS, TEST, TESTP, TEXT, VAL, VALID, classify, event, translate, write
 
 from lab.data.classification import LabelledFilesDataModule
-from lab.data.reading import label_of, label_order
+from lab.data.sources.reading import label_of, label_order
 from lab.errors import DataError, LabError
 
 LIMIT = 300  # characters an error line may have
@@ -271,7 +271,7 @@ LM = [
     ("nul-after-8kb", {"a.txt": (TEXT * 30).encode()[:9016] + b"\0" + (TEXT * 30).encode()[9016:]}, {"train": ["a.txt"]},
      r"a.txt holds NUL bytes \(byte offset 9016\): a binary file"),
     ("gzip-named-txt", {"a.txt": gzip.compress(TEXT.encode())}, {"train": ["a.txt"]}, r"a.txt is a gzip-compressed file"),
-    # a .gz corpus is read (lab.data.stream); its held-out tail is cut at whole chunks, so a small one has none
+    # a .gz corpus is read (lab.data.sources.stream); its held-out tail is cut at whole chunks, so a small one has none
     ("gzip-with-its-suffix-small", {"a.txt.gz": gzip.compress(TEXT.encode())}, {"train": ["*.gz"]},
      r"^the val split is empty; give data.corpus.val_files \(a .gz / .zst file's held-out tail"),
     ("no-match-names-the-pattern", {"a.txt": TEXT}, {"train": ["b*.txt"]}, r"data.corpus.train_files: no file matches"),

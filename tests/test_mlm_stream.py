@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import lab.data.shards as shards
-import lab.data.stream as stream
+import lab.data.sources.stream as stream
 from lab.data.corpora import Documents, TextFiles
 from lab.data.mlm import MLMDataModule
-from lab.data.text import normalize_sentence
+from lab.data.sources.text import normalize_sentence
 from lab.errors import DataError
 
 # long lines (truncated), blank and whitespace-only lines, \r\n, multi-byte and NFD characters, a paragraph per doc

@@ -12,7 +12,7 @@ import sacrebleu
 import torch
 
 from lab.data.parallel import ParallelTextDataModule, ding_pairs, strip_annotations
-from lab.data.sources import DebianPackage, sha256_of
+from lab.data.sources.packages import DebianPackage, sha256_of
 from lab.errors import DataError
 from lab.models.decoding import beam_search, greedy_translate
 from lab.models.seq2seq import EncoderDecoder

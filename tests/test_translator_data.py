@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lab.data.parallel import ParallelTextDataModule, write_split
-from lab.data.reading import DataReport
+from lab.data.sources.reading import DataReport
 
 WORDS = ["haus", "baum", "katze", "hund", "wasser", "feuer", "stadt", "land", "fluss", "berg", "weg", "zeit", "tag", "nacht", "licht"]
 

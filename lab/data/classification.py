@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import write_once
 from lab.data.corpora import Documents
-from lab.data.reading import (
+from lab.data.sources.packages import PyPISdist, extract_once
+from lab.data.sources.reading import (
     DataReport,
     FileFormat,
     bad_line,
@@ -30,8 +31,7 @@ from lab.data.reading import (
     read_table,
     text_of,
 )
-from lab.data.sources import PyPISdist, extract_once
-from lab.data.text import normalize_sentence
+from lab.data.sources.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError, UnsafeFileError, excerpt, excerpts
 
@@ -82,7 +82,7 @@ FILE_FIELDS = {"all": "train_file", "val": "valid_file", "test": "test_file"}
 
 class LabelledFiles:
     """The user's own labelled text: tsv / csv (with a header row naming text_field and label_field) or jsonl
-    (one object a line), chosen by file extension; read as lab.data.reading says (encoding, quoting, bad_lines,
+    (one object a line), chosen by file extension; read as lab.data.sources.reading says (encoding, quoting, bad_lines,
     eval_overlap: see FileFormat). valid_file / test_file are optional; missing splits are cut from train_file
     (stratified, seeded). Labels: stripped strings, numbers normalised (label_of)."""
 

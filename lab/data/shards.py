@@ -1,6 +1,6 @@
 """A corpus tokenized into token shards on disk, in memory bounded by the chunk size, never the corpus's.
 
-Preparation streams every file once (lab.data.stream), cuts the decoded text where pre-tokenization splits
+Preparation streams every file once (lab.data.sources.stream), cuts the decoded text where pre-tokenization splits
 anyway (so the ids are exactly those of the whole text), tokenizes the pieces with `tokenizers`' batch
 encoding (all cores), and appends the ids to one shard per file and split: `<split>-<file index>.bin`, uint16
 (or uint32 for a vocabulary of 65,536 or more), documents separated by the end-of-text id.
@@ -32,9 +32,9 @@ from torch.utils.data import Dataset
 
 from lab.data.cache import publish_dir
 from lab.data.corpora import FilePlan
-from lab.data.reading import DataReport, drop_overlap
-from lab.data.stream import Stat, documents_of, safe_cuts
-from lab.data.text import normalize_document
+from lab.data.sources.reading import DataReport, drop_overlap
+from lab.data.sources.stream import Stat, documents_of, safe_cuts
+from lab.data.sources.text import normalize_document
 from lab.errors import DataError
 
 log = logging.getLogger("lab")

@@ -1,6 +1,6 @@
 """lab's tokenizers as Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json,
 special_tokens_map.json), so AutoTokenizer.from_pretrained(dir)(text) gives the ids lab's own input path gives
-for that task: lab's normalisation (lab.data.text) as the tokenizer's normaliser, the specials lab adds as its
+for that task: lab's normalisation (lab.data.sources.text) as the tokenizer's normaliser, the specials lab adds as its
 post-processor ([CLS] text [SEP] for encoders, text </s> for translator sources), [MASK] recognised by the
 MLM's tokenizer as lab.fill_mask recognises it, the trained length as model_max_length, left padding for causal LMs."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 EOS = "<|endoftext|>"  # the LM data's document separator (lab.data.lm)
 
-# what lab.data.text does to a text before tokenizing, per kind of model (lm: documents; the others: sentences)
+# what lab.data.sources.text does to a text before tokenizing, per kind of model (lm: documents; the others: sentences)
 DOCUMENT, SENTENCE = "document", "sentence"
 NORMALISATION = {"lm": DOCUMENT, "seq2seq": SENTENCE, "encoder": SENTENCE, "mlm": SENTENCE}
 
@@ -25,7 +25,7 @@ def _hex_class(chars) -> str:
 
 
 def lab_normalizer(granularity: str):
-    """lab.data.text as a `tokenizers` normaliser: Windows/old-Mac line ends as \\n, NFC; for sentences also
+    """lab.data.sources.text as a `tokenizers` normaliser: Windows/old-Mac line ends as \\n, NFC; for sentences also
     every run of whitespace (Python's str.isspace, which is what str.split uses) as one space and none at
     either end."""
     from tokenizers import Regex, normalizers  # noqa: PLC0415

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from lab.data.reading import NUL, refuse_binary
+from lab.data.sources.reading import NUL, refuse_binary
 from lab.errors import LabError
 from lab.runtime.cli.errors import user_errors_exit
 

@@ -1,6 +1,6 @@
 """Inference behind the entry points: device choice, settings checked before anything loads, the checkpoint
 of the right task, the lengths the model was trained on, and each task's batched prediction (classify,
-fill_mask, translate_lines). Texts are normalised exactly as training text was (lab.data.text)."""
+fill_mask, translate_lines). Texts are normalised exactly as training text was (lab.data.sources.text)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from lab.data.text import normalize_sentence
+from lab.data.sources.text import normalize_sentence
 from lab.errors import LabError
 from lab.runtime.inference.inputs import warn
 
@@ -214,9 +214,9 @@ def translate_lines(model, tokenizer, lines: list[str], batch_size: int, beam_si
 
 
 def encode_prompt(tokenizer, prompt: str, window: int) -> list[int]:
-    """A prompt as LM training text was encoded (lab.data.text.normalize_document: line breaks and spacing
+    """A prompt as LM training text was encoded (lab.data.sources.text.normalize_document: line breaks and spacing
     kept); characters the vocabulary lacks and context beyond the trained window are said in one line each."""
-    from lab.data.text import normalize_document  # noqa: PLC0415
+    from lab.data.sources.text import normalize_document  # noqa: PLC0415
 
     text = normalize_document(prompt)
     unknown = tokenizer.unknown(text)

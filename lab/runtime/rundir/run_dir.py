@@ -88,7 +88,7 @@ class RunDir:
             OmegaConf.save(resolved, self.path / "config.yaml")
 
     def save_data_report(self, report: dict[str, Any]) -> None:
-        """What the datamodule read, dropped, truncated (lab.data.reading.DataReport)."""
+        """What the datamodule read, dropped, truncated (lab.data.sources.reading.DataReport)."""
         if self.owner:
             (self.path / "data_report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
 

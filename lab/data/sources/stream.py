@@ -1,6 +1,6 @@
 """Reading text files as a stream of decoded chunks, in memory bounded by the chunk size, never the file's.
 
-The rules are lab.data.reading.decode's, applied chunk by chunk: strict decoding as `encoding` (a bad byte is
+The rules are lab.data.sources.reading.decode's, applied chunk by chunk: strict decoding as `encoding` (a bad byte is
 one error naming its byte offset), or U+FFFD replacements counted with encoding_errors=replace; a BOM stripped
 and said; \\r\\n read as \\n; NUL bytes or many control characters refused as binary. `.gz` files are
 decompressed on the fly, `.zst` too with the `zstandard` package (pip install 'lab[zstd]').
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lab.data.reading import CONTROL, NUL, DataReport, FileFormat, bad_line, refuse_binary
+from lab.data.sources.reading import CONTROL, NUL, DataReport, FileFormat, bad_line, refuse_binary
 from lab.errors import DataError
 
 CHUNK = 8 << 20  # bytes read (and decoded) at a time

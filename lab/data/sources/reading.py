@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from lab.data.text import normalize_sentence
+from lab.data.sources.text import normalize_sentence
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -241,7 +241,7 @@ def refuse_binary(path: Path | str, data: bytes, utf16_fix: str) -> None:
 
 def decode(path: Path, fmt: FileFormat, split: str, report: DataReport, **facts) -> str:
     """The text of a file: decoded as fmt says, BOM stripped, \\r\\n and lone \\r -> \\n; binary files refused.
-    Lines not in Unicode NFC are counted (every task's model sees NFC: lab.data.text)."""
+    Lines not in Unicode NFC are counted (every task's model sees NFC: lab.data.sources.text)."""
     try:
         data = path.read_bytes()
     except OSError as e:
