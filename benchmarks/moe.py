@@ -16,8 +16,9 @@
      with its undefined `self.expert_capacity` fixed to the capacity it computes
    With --compile, also torch.compile (inductor) of the dense FFN and of lab MoE capacity 1.25.
    Targets (issue 14): lab MoE <= 1.10x dense at E=8, <= 1.25x at E=64 and E=128, eager.
-2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs
-   gpt_small (equal active parameters), vocabulary 4096 as their data gives.
+2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs its
+   dense twin in the same (Mixtral) layout, `model.moe=null model.d_ff=1024` (a token's 2 x 512 expert hidden
+   units: equal active parameters), vocabulary 4096 as their data gives.
 
 On a GPU (--device cuda) everything runs under bf16 autocast (what trainer=gpu does), timings synchronise the
 device, --batch-scale multiplies B and the models' batch size (the CPU shapes are too small to fill a GPU), and the whole-model table adds
@@ -180,14 +181,14 @@ def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, 
     return steps * batch * seq / (clock() - start)
 
 
-def experiment_model(name: str, vocab: int):
+def experiment_model(name: str, vocab: int, overrides: tuple[str, ...] = ()):
     from hydra import compose, initialize_config_dir
 
     from lab.models import build_model
 
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose("train", overrides=[f"+experiment={name}"])
+        cfg = compose("train", overrides=[f"+experiment={name}", *overrides])
     torch.manual_seed(0)
     return build_model(cfg.model, {"vocab_size": vocab}), cfg.data.batch_size, cfg.model.max_seq_len
 
@@ -251,8 +252,10 @@ def main() -> None:
         return
     vocab = 4096
     models = {}
-    for name in ("gpt_small", "gpt_small_moe"):
-        model, batch, seq = experiment_model(name, vocab)
+    dense = "gpt_small_moe, dense twin"
+    for name, experiment, overrides in ((dense, "gpt_small_moe", ("model.moe=null", "model.d_ff=1024")),
+                                        ("gpt_small_moe", "gpt_small_moe", ())):
+        model, batch, seq = experiment_model(experiment, vocab, overrides)
         model = model.to(device)
         batch *= args.batch_scale
         models[name] = (model, model, batch, seq)
@@ -268,7 +271,7 @@ def main() -> None:
     print(f"{'experiment':<26} {'total params':>13} {'active':>11} {'tokens/s':>9} {'time x dense':>12} {'MFU':>6}")
     for name, (model, _, _, seq) in models.items():
         counts = count_parameters(model)
-        slower = rates["gpt_small"] / rates[name]
+        slower = rates[dense] / rates[name]
         cfg = model.cfg
         mfu = f"{rates[name] * (6 * counts['active'] + 12 * cfg.n_layers * cfg.d_model * seq) / peak:.1%}" if peak else "-"
         print(f"{name:<26} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f} {slower:>12.2f} {mfu:>6}")
