@@ -17,7 +17,7 @@ from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, tokenizer_sample
 from lab.data.sources.reading import DataReport
 from lab.data.sources.stream import content_hash
-from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
+from lab.data.tokenizers import hf_tokenizer_file, load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -96,7 +96,8 @@ class LMDataModule(L.LightningDataModule):
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes
         key = f"{self.corpus.key(files, self.verify)}|{self.tokenizer_kind}|{self.vocab_size_setting}|{sample}"
         if self.tokenizer_from is not None:  # the given tokenizer's own bytes, not its directory's name
-            key = f"{self.corpus.key(files, self.verify)}|from:{content_hash(self._given_tokenizer_file())}"
+            given = content_hash(hf_tokenizer_file(self.tokenizer_from))
+            key = f"{self.corpus.key(files, self.verify)}|from:{given}"
         return self.cache_dir / "lm" / hashlib.sha256(key.encode()).hexdigest()[:16], files
 
     def prepare_data(self) -> None:
@@ -117,13 +118,6 @@ class LMDataModule(L.LightningDataModule):
         if self.tokenizer_from is not None:
             settings = {"tokenizer_from": str(self.tokenizer_from)}
         prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings)
-
-    def _given_tokenizer_file(self) -> Path:
-        file = self.tokenizer_from / "tokenizer.json"
-        if not file.is_file():
-            raise DataError(f"data.tokenizer_from={self.tokenizer_from} has no tokenizer.json; give a Hugging Face model "
-                            "directory (config.json, model.safetensors, tokenizer.json)")
-        return file
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:

@@ -38,7 +38,7 @@ from lab.data.sources.reading import (
 )
 from lab.data.sources.stream import content_hash
 from lab.data.sources.text import normalize_sentence
-from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir
+from lab.data.tokenizers import hf_tokenizer_file, load_or_train, tokenizer_from_hf_dir
 from lab.errors import DataError, excerpts
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"  # ids 0, 1, 2: the tokenizer adds specials first, in this order
@@ -338,18 +338,12 @@ class ParallelDataModule(L.LightningDataModule):
 
     def _prepared_dir(self) -> Path:
         """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
-        # a given tokenizer by its own bytes, not its directory's name
-        vocab = self.vocab_size_setting if self.tokenizer_from is None else f"from:{content_hash(self._given_tokenizer())}"
+        vocab = self.vocab_size_setting
+        if self.tokenizer_from is not None:  # a given tokenizer by its own bytes, not its directory's name
+            vocab = f"from:{content_hash(hf_tokenizer_file(self.tokenizer_from))}"
         key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{vocab}|"
                f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
         return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]
-
-    def _given_tokenizer(self) -> Path:
-        file = self.tokenizer_from / "tokenizer.json"
-        if not file.is_file():
-            raise DataError(f"data.tokenizer_from={self.tokenizer_from} has no tokenizer.json; give a Hugging Face model "
-                            "directory (config.json, model.safetensors, tokenizer.json)")
-        return file
 
     def _tokenizer(self, path: Path, splits: dict[str, list[Pair]]):
         """The joint BPE trained on both sides of the training split, or data.tokenizer_from's; either written

@@ -137,6 +137,15 @@ def tokenizer_from_json(data: str) -> Tok:
     return HFTokenizer(Tokenizer.from_str(d["backend"]), d["kind"], d["special_tokens"])
 
 
+def hf_tokenizer_file(directory: Path) -> Path:
+    """data.tokenizer_from's tokenizer.json (the datamodules key their caches by its bytes), or one error line."""
+    file = Path(directory) / "tokenizer.json"
+    if not file.is_file():
+        raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json; give a Hugging Face model "
+                        "directory (config.json, model.safetensors, tokenizer.json)")
+    return file
+
+
 def tokenizer_from_hf_dir(path: Path) -> Tok:
     """A Hugging Face model directory's tokenizer.json as lab's tokenizer (lab.runtime.hf imports it with the
     model): the `tokenizers` object itself (lab adds no specials to a text's ids: the file's post-processor is
