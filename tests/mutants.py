@@ -109,6 +109,14 @@ MUTANTS = [
     ("Llama export keeps lab's interleaved rotary pairs", "lab/runtime/hf/llama.py",
      "order = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])", "order = torch.arange(hd)",
      ["tests/test_export.py::test_logits_equal_lab_on_random_inputs[llama-bpe]"]),
+    # streamed corpora (lab/data): MLM segment packing, held-out rows of a Hugging Face table
+    ("MLM packing: a too-long line keeps one token more than the segment has room for", "lab/data/mlm.py",
+     "ids = ids[: self.room]", "ids = ids[: self.room + 1]",
+     ["tests/test_mlm_stream.py::test_segments_are_a_naive_pack_of_each_whole_split"]),
+    ("HF table rows: the held-out tail starts one row late", "lab/data/sources/stream.py",
+     "while part < len(cuts) and i * size / rows > cuts[part]:",
+     "while part < len(cuts) and (i - 1) * size / rows > cuts[part]:",
+     ["tests/test_corpora_stream.py::test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows"]),
 ]
 
 
