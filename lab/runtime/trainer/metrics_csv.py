@@ -3,8 +3,8 @@
 Lightning's CSVLogger deletes an existing metrics.csv (`version: ""`), so resuming a run in place erased its
 history. Here an existing file is kept: when the resumed run logs its first row at step s, the rows at steps
 >= s (written after the checkpoint it resumed from, and about to be redone) are dropped, one line says how
-many, and new rows are appended. No step is duplicated; none before s is lost, because RunCheckpoint flushes
-the rows up to a checkpoint's step to disk with it. Rewrites of the file (new columns) are atomic.
+many, and new rows are appended. No step is duplicated; none before s is lost, because RunCheckpoint fsyncs
+the rows up to a checkpoint's step before it publishes the checkpoint. Rewrites of the file (new columns) are atomic.
 """
 from __future__ import annotations
 
