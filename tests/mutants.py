@@ -117,6 +117,14 @@ MUTANTS = [
      "while part < len(cuts) and i * size / rows > cuts[part]:",
      "while part < len(cuts) and (i - 1) * size / rows > cuts[part]:",
      ["tests/test_corpora_stream.py::test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows"]),
+    # checkpoints and metrics.csv (lab/runtime): a published checkpoint's steps have their rows on disk
+    ("periodic checkpoint published before its step's metrics row is logged", "lab/runtime/callbacks/checkpointing.py",
+     "self._log_step_metrics_now(trainer)", "pass",
+     ["tests/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced",
+      "tests/test_preemption.py::test_a_kill_right_after_a_periodic_checkpoint_leaves_the_metrics_it_covers_on_disk"]),
+    ("metrics.csv not fsynced before a checkpoint", "lab/runtime/trainer/metrics_csv.py",
+     "os.fsync(f.fileno())", "pass",
+     ["tests/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced"]),
 ]
 
 

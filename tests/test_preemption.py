@@ -211,3 +211,79 @@ def test_full_disk_ends_the_run_with_one_line_and_earlier_checkpoints_resume(tmp
     assert sorted(metric_by_step(read_metrics(run), "train/loss")) == list(range(12))
 
 
+class LoggedLoss(BoringModel):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("train/loss", out["loss"])
+        return out
+
+
+def test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced(tmp_path, monkeypatch):
+    """When last.ckpt of step s is published (every 3 steps; validations at 10, 20), metrics.csv on disk holds
+    the train rows of steps 0..s-1 (optimizer steps 1..s), fsynced before the checkpoint's own fsync; the rows
+    are those of the same run without periodic checkpoints: same values, each step once."""
+    from lab.runtime.trainer.metrics_csv import RunCSVLogger
+
+    events = []  # file names fsynced, and ("published", step)
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name), real_fsync(fd)))
+
+    class Watching(RunCheckpoint):
+        def _save_last_checkpoint(self, trainer, monitor_candidates):
+            super()._save_last_checkpoint(trainer, monitor_candidates)
+            events.append(("published", trainer.global_step, sorted(metric_by_step(read_metrics(self.run), "train/loss"))))
+
+    def rows(run: Path, every_n_steps: int | None) -> list[dict[str, str]]:
+        L.seed_everything(0)
+        ckpt = Watching(dirpath=str(run / "ckpt"), filename="best", monitor=None, every_n_steps=every_n_steps, every_minutes=None)
+        ckpt.run = run
+        trainer = L.Trainer(max_steps=20, val_check_interval=10, check_val_every_n_epoch=None, limit_val_batches=1,
+                            log_every_n_steps=1, callbacks=[ckpt], logger=RunCSVLogger(str(run)),
+                            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+        trainer.fit(LoggedLoss())
+        return read_metrics(run)
+
+    plain = rows(tmp_path / "plain", None)
+    events.clear()
+    periodic = rows(tmp_path / "periodic", 3)
+    published = [e for e in events if isinstance(e, tuple)]
+    assert [(step, on_disk) for _, step, on_disk in published] == [(s, list(range(s))) for s in (3, 6, 9, 10, 12, 15, 18, 20)]
+    for before, upto in zip([-1, *map(events.index, published)], map(events.index, published)):
+        fsynced = events[before + 1:upto]
+        assert "metrics.csv" in fsynced and fsynced.index("metrics.csv") < fsynced.index(f".last.ckpt.tmp-{os.getpid()}"), fsynced
+    assert periodic == plain
+    assert [int(r["step"]) for r in periodic if r.get("train/loss")] == list(range(20))
+
+
+KILLED_AFTER_PUBLISHING = """
+import os, runpy, signal, sys
+from lab.runtime.callbacks import RunCheckpoint
+kill_at, save_last = int(sys.argv[1]), RunCheckpoint._save_last_checkpoint
+def save_then_die(self, trainer, candidates):
+    save_last(self, trainer, candidates)
+    if trainer.global_step == kill_at:  # last.ckpt of this step is published: nothing after it runs
+        os.kill(os.getpid(), signal.SIGKILL)
+RunCheckpoint._save_last_checkpoint = save_then_die
+sys.argv = ["lab.train", *sys.argv[2:]]
+runpy.run_module("lab.train", run_name="__main__")
+"""
+
+
+@pytest.mark.slow  # two training runs (lab.train in subprocesses)
+def test_a_kill_right_after_a_periodic_checkpoint_leaves_the_metrics_it_covers_on_disk(tmp_path):
+    """SIGKILL the moment last.ckpt of step 6 (every_n_steps=3, between validations) is published: it covers
+    optimizer steps 1..6, whose metrics rows are steps 0..5, so all six rows are already in metrics.csv; the
+    resumed run adds steps 6..11, each step once and none missing."""
+    run = tmp_path / "run"
+    args = [*TINY_LM, "trainer.max_steps=12", "trainer.val_check_interval=12", "callbacks.checkpoint.every_n_steps=3",
+            f"hydra.run.dir={run}", "ckpt_path=auto"]
+    env = {**os.environ, "LAB_RUNS_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_PUBLISHING, "6", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert step_of(run / "checkpoints" / "last.ckpt") == 6
+    assert sorted(metric_by_step(read_metrics(run), "train/loss")) == list(range(6))
+    resumed = run_module("lab.train", args, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert step_of(run / "checkpoints" / "last.ckpt") == 12
+    assert [int(r["step"]) for r in read_metrics(run) if r.get("train/loss")] == list(range(12))

@@ -81,6 +81,7 @@ class RunCheckpoint(ModelCheckpoint):
             trainer._signal_connector.received_sigterm = True
             return
         if due and step < trainer.max_steps and not self._validates_now(trainer):
+            self._log_step_metrics_now(trainer)  # the checkpoint covers this step: its row goes to disk first
             self._save_last(trainer)  # at a validation step on_validation_end writes it, with the new metrics
 
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -108,6 +109,21 @@ class RunCheckpoint(ModelCheckpoint):
         return bool(trainer.fast_dev_run) or trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking
 
     @staticmethod
+    def _log_step_metrics_now(trainer) -> None:
+        """Log this step's metrics row now: Lightning logs it only after every on_train_batch_end hook, so a kill
+        between the checkpoint written here and the row would leave a step the checkpoint covers without its row
+        (the resumed run starts after it). Lightning's own call for this step then logs nothing: the row is logged
+        once, with the same values (this hook runs after every other callback's, as Lightning puts checkpoint
+        callbacks last, and lab's tasks log nothing in their own on_train_batch_end)."""
+        connector = trainer._logger_connector
+        connector.update_train_step_metrics()
+
+        def logged_already() -> None:
+            del connector.update_train_step_metrics  # Lightning's method again from the next step on
+
+        connector.update_train_step_metrics = logged_already
+
+    @staticmethod
     def _validates_now(trainer) -> bool:
         """Will Lightning validate right after this batch? (Its own rule, so both agree.)"""
         loop = trainer.fit_loop
@@ -122,10 +138,8 @@ class RunCheckpoint(ModelCheckpoint):
         self._last_write_time = time.monotonic()
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
-        # metrics logged so far go to disk before the checkpoint that follows them: a resume from it finds
-        # metrics.csv complete up to its step (the row of a step that ends after this hook is flushed when logged)
+        # metrics logged so far go to disk before the checkpoint that covers them: a resume from it finds
+        # metrics.csv complete up to its step (every row of its steps is logged by now: _log_step_metrics_now)
         for logger in trainer.loggers:
-            logger.save()
-            if hasattr(logger, "flush_when_logged"):
-                logger.flush_when_logged(trainer.fit_loop.epoch_loop._batches_that_stepped)
+            logger.save_durably() if hasattr(logger, "save_durably") else logger.save()
         super()._save_checkpoint(trainer, filepath)

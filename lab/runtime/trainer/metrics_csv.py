@@ -3,8 +3,8 @@
 Lightning's CSVLogger deletes an existing metrics.csv (`version: ""`), so resuming a run in place erased its
 history. Here an existing file is kept: when the resumed run logs its first row at step s, the rows at steps
 >= s (written after the checkpoint it resumed from, and about to be redone) are dropped, one line says how
-many, and new rows are appended. No step is duplicated; none before s is lost, because RunCheckpoint flushes
-the rows up to a checkpoint's step to disk with it. Rewrites of the file (new columns) are atomic.
+many, and new rows are appended. No step is duplicated; none before s is lost, because RunCheckpoint fsyncs
+the rows up to a checkpoint's step before it publishes the checkpoint. Rewrites of the file (new columns) are atomic.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from lab.runtime.checkpoints.atomic import atomic_write_bytes
+from lab.runtime.checkpoints.atomic import atomic_write_bytes, fsync_dir
 
 log = logging.getLogger("lab")
 
@@ -73,7 +73,6 @@ class RunCSVLogger(CSVLogger):
 
     def __init__(self, save_dir: str, name: str = "csv", **kwargs):
         super().__init__(save_dir=save_dir, name=name, version="", **kwargs)
-        self._flush_at: int | None = None
 
     @property
     @rank_zero_experiment
@@ -83,13 +82,13 @@ class RunCSVLogger(CSVLogger):
             self._experiment = ContinuingWriter(log_dir=self.log_dir)
         return self._experiment
 
-    def flush_when_logged(self, step: int) -> None:
-        """Write to disk as soon as the row of `step` is logged (RunCheckpoint: a checkpoint was just written)."""
-        self._flush_at = step
-
     @rank_zero_only
-    def log_metrics(self, metrics, step: int | None = None) -> None:
-        super().log_metrics(metrics, step)
-        if self._flush_at is not None and step is not None and step >= self._flush_at:
-            self._flush_at = None
-            self.save()
+    def save_durably(self) -> None:
+        """save(), then fsync metrics.csv and its directory, as checkpoints are (RunCheckpoint calls this before
+        it publishes one): a crash of the machine, not only of the process, keeps the rows a checkpoint covers."""
+        self.save()
+        path = self.experiment._path()
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(path.parent)
