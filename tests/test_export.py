@@ -57,6 +57,10 @@ CASES = {
     "gpt2-bpe-erf": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "ffn": "gelu_erf"}),  # the exact GELU
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
+    # grouped-query attention: 4 query heads share 2 key/value heads (1: multi-query); biases split at the new sizes
+    "llama-bpe-gqa-bias": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "n_kv_heads": 2, "bias": True}),
+    "mixtral-char-mqa": ("MixtralForCausalLM", "char", {**LLAMA_LAYOUT, "n_kv_heads": 1, "moe": {
+        "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }
 
 
@@ -267,7 +271,9 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=false"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
-], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate"])
+    ({**GPT2_LAYOUT, "n_kv_heads": 2}, "nearest: GPT2LMHeadModel, which needs model.n_kv_heads=4."),
+], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
+        "grouped-query-gpt2"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

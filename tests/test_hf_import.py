@@ -116,9 +116,11 @@ def bpe():
     return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
+                                  "llama-gqa-bias", "mixtral", "mixtral-gqa"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
-    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5)."""
+    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
+    -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -133,13 +135,18 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
                                                                   activation_function="gelu_new", layer_norm_epsilon=0.01))
     elif name == "llama-eps-rope":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "rms_norm_eps": 0.01}, rope_theta=50.0))
+    elif name == "llama-gqa-bias":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2},
+                                                                    attention_bias=True, mlp_bias=True))
     elif name.startswith("llama"):
         bias = name == "llama-bias-tied"
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,
                                                                     tie_word_embeddings=bias))
     else:
-        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**small, num_local_experts=4,
-                                                                        num_experts_per_tok=2, rope_theta=10000.0))
+        kv = 2 if name == "mixtral-gqa" else 4
+        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**small, "num_key_value_heads": kv},
+                                                                        num_local_experts=4, num_experts_per_tok=2,
+                                                                        rope_theta=10000.0))
     hf = _randomised(hf)
     out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
     ids = torch.randint(0, V, (2, 40), generator=torch.Generator().manual_seed(1))
@@ -186,11 +193,11 @@ def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
 
 
 def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp_path):
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(  # heads wider than hidden_size / heads (Qwen3)
         vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=48, rms_norm_eps=1e-6))
-    out = _save(hf, bpe, tmp_path / "gqa")
-    with pytest.raises(LabError, match="num_key_value_heads=2; lab reproduces 4"):
+        head_dim=16, intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path / "wide-heads")
+    with pytest.raises(LabError, match="head_dim=16; lab reproduces 8 or None only"):
         load(out)
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))

@@ -31,6 +31,10 @@ class TransformerConfig:
     """Number of blocks in the stack (per side for an encoder-decoder)."""
     n_heads: int = 4
     """Attention heads; must divide d_model."""
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention, Ainslie et al. 2023; Llama 3, Mistral): each serves
+    n_heads / n_kv_heads consecutive query heads, so the KV cache is that many times smaller; must divide n_heads.
+    None: n_heads (multi-head attention); 1: multi-query attention."""
     d_ff: int | None = None
     """Hidden width of the feed-forward block. None: 4*d_model, or 8/3*d_model (rounded to 64) for swiglu,
     which keeps the parameter count of the 4x two-matrix FFN."""
@@ -89,6 +93,12 @@ class TransformerConfig:
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 "pick n_heads that divides d_model"
             )
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if int(self.n_kv_heads) <= 0 or self.n_heads % self.n_kv_heads:
+            divisors = [h for h in range(1, self.n_heads + 1) if self.n_heads % h == 0]
+            raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}; "
+                              f"pick n_kv_heads among {divisors} (or null: one per query head)")
         if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
             raise ConfigError("rotary positions need an even head size (d_model / n_heads)")
         if not 0.0 <= self.dropout < 1.0:

@@ -17,7 +17,8 @@ def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post", "ffn": "gelu",
               "embed_norm": True, "scale_embeddings": False, "moe": None,
-              "norm_eps": LN_EPS}  # BERT has one layer_norm_eps, also for the MLM head's norm (lab's: PyTorch's)
+              "norm_eps": LN_EPS,  # BERT has one layer_norm_eps, also for the MLM head's norm (lab's: PyTorch's)
+              "n_kv_heads": cfg.n_heads}  # one key/value head per query head
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if hasattr(model, "classifier"):
         if model.head_kind != "sequence":

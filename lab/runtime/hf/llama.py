@@ -25,17 +25,18 @@ def rotary_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 def backbone(model) -> dict:
     """Embeddings, attention, norms and the output layer (everything but the feed-forward blocks)."""
     cfg = model.cfg
-    D, H = cfg.d_model, cfg.n_heads
+    D, H, KV = cfg.d_model, cfg.n_heads, cfg.n_kv_heads
+    sizes = [D, KV * cfg.head_dim, KV * cfg.head_dim]  # queries, then n_kv_heads key and value heads
     s = {"model.embed_tokens.weight": model.embed.tokens.weight}
     for i, block in enumerate(model.decoder.layers):
         p = f"model.layers.{i}."
         attn = block.self_attn
-        q, k, v = attn.qkv_proj.weight.split(D)
-        s[p + "self_attn.q_proj.weight"], s[p + "self_attn.k_proj.weight"] = rotary_to_half(q, H), rotary_to_half(k, H)
+        q, k, v = attn.qkv_proj.weight.split(sizes)
+        s[p + "self_attn.q_proj.weight"], s[p + "self_attn.k_proj.weight"] = rotary_to_half(q, H), rotary_to_half(k, KV)
         s[p + "self_attn.v_proj.weight"], s[p + "self_attn.o_proj.weight"] = v, attn.out_proj.weight
         if cfg.bias:
-            qb, kb, vb = attn.qkv_proj.bias.split(D)
-            s[p + "self_attn.q_proj.bias"], s[p + "self_attn.k_proj.bias"] = rotary_to_half(qb, H), rotary_to_half(kb, H)
+            qb, kb, vb = attn.qkv_proj.bias.split(sizes)
+            s[p + "self_attn.q_proj.bias"], s[p + "self_attn.k_proj.bias"] = rotary_to_half(qb, H), rotary_to_half(kb, KV)
             s[p + "self_attn.v_proj.bias"], s[p + "self_attn.o_proj.bias"] = vb, attn.out_proj.bias
         s[p + "input_layernorm.weight"], s[p + "post_attention_layernorm.weight"] = block.norm_attn.weight, block.norm_ffn.weight
     s["model.norm.weight"] = model.decoder.final_norm.weight
@@ -47,7 +48,7 @@ def backbone_config(model) -> dict:
     cfg = model.cfg
     return {
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
         "rope_theta": cfg.rope_base, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
         "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
@@ -76,7 +77,6 @@ def backbone_arch(config: dict) -> dict:
 
     D, H = config["hidden_size"], config["num_attention_heads"]
     setting(config, "hidden_act", ("silu",), "silu")
-    setting(config, "num_key_value_heads", (H, None), H)  # lab has no grouped-query attention
     setting(config, "head_dim", (D // H, None), D // H)
     rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)}
     if rope.get("rope_type", "default") != "default" or config.get("rope_scaling"):
@@ -84,6 +84,7 @@ def backbone_arch(config: dict) -> dict:
                        "without scaling")
     setting(config, "sliding_window", (None,), None)
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
+            "n_kv_heads": config.get("num_key_value_heads") or H,  # grouped-query attention (Llama 3, Mistral)
             "max_seq_len": config["max_position_embeddings"], "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
