@@ -218,11 +218,14 @@ def _padded(tok, texts):
     return torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])
 
 
-@pytest.mark.parametrize("kind", ["mlm", "mlm-untied", "classifier"])
+@pytest.mark.parametrize("kind", ["mlm", "mlm-untied", "classifier", "mlm-erf-eps", "classifier-erf-eps"])
 def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
+    """-erf-eps: the exact GELU (hidden_act "gelu", released BERT's) in the FFN and the MLM head, and a layer norm
+    epsilon far from the default, so a mapping that dropped either would change the logits."""
     torch.manual_seed(0)
-    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **BERT_LAYOUT)
-    if kind == "classifier":
+    erf = dict(ffn="gelu_erf", norm_eps=0.1) if kind.endswith("-erf-eps") else {}
+    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **{**BERT_LAYOUT, **erf})
+    if kind.startswith("classifier"):
         model = _perturbed(EncoderClassifier(wordpiece.vocab_size, 0, 3, pooling="bert", **common))
         with torch.no_grad():
             model.classifier.weight.mul_(30)  # rows of logits that differ clearly from input to input
@@ -231,19 +234,20 @@ def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
         model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, tie_embeddings=kind == "mlm", **common))
         meta, cls = {}, "BertForMaskedLM"
     assert export(model, wordpiece, meta, tmp_path).hf_class == cls
-    auto = transformers.AutoModelForMaskedLM if kind != "classifier" else transformers.AutoModelForSequenceClassification
+    auto = transformers.AutoModelForSequenceClassification if kind.startswith("classifier") else transformers.AutoModelForMaskedLM
     hf = auto.from_pretrained(tmp_path).eval()
+    assert (hf.config.hidden_act, hf.config.layer_norm_eps) == (("gelu", 0.1) if erf else ("gelu_new", 1e-5))
     ids = _padded(wordpiece, SAMPLES)
     with torch.no_grad():
         ours, theirs = model(ids), hf(input_ids=ids, attention_mask=ids != 0).logits
     assert (ours - ours.mean(0)).abs().max() > 0.05  # outputs differ from input to input
-    if kind == "classifier":
+    if kind.startswith("classifier"):
         assert hf.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
         torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
     else:  # padded positions are not compared: lab and BERT both leave them unused
         torch.testing.assert_close(theirs[ids != 0], ours[ids != 0], atol=1e-4, rtol=0)
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
-    texts = SAMPLES if kind == "classifier" else SAMPLES[:-1]  # the MLM's tokenizer reads "[PAD]" as the token
+    texts = SAMPLES if kind.startswith("classifier") else SAMPLES[:-1]  # the MLM's tokenizer reads "[PAD]" as the token
     assert [hf_tok(t)["input_ids"] for t in texts] == [encode_sentence(wordpiece, t, 1000) for t in texts]
 
 
