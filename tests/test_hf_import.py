@@ -119,10 +119,11 @@ def bpe():
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
-                                  "llama-gqa-bias", "mixtral", "mixtral-gqa"])
-def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
+                                  "llama-gqa-bias", "mixtral", "mixtral-gqa", "mistral-gqa", "mistral-window"])
+def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
-    -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads."""
+    -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads;
+    mistral-window: a sliding window shorter than the positions (Mistral 7B v0.1's 4096 of 32768) is the context."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -144,6 +145,9 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
         bias = name == "llama-bias-tied"
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,
                                                                     tie_word_embeddings=bias))
+    elif name.startswith("mistral"):  # MistralConfig's own sliding window (4096) is longer than these 64 positions
+        window = {"sliding_window": 16} if name == "mistral-window" else {}
+        hf = transformers.MistralForCausalLM(transformers.MistralConfig(**{**small, "num_key_value_heads": 2}, **window))
     else:
         kv = 2 if name == "mixtral-gqa" else 4
         hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**small, "num_key_value_heads": kv},
@@ -151,9 +155,20 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
                                                                         rope_theta=10000.0))
     hf = _randomised(hf)
     out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
-    ids = torch.randint(0, V, (2, 40), generator=torch.Generator().manual_seed(1))
-    imported = _compare(out, (ids,), hf)
+    length = 16 if name == "mistral-window" else 40
+    ids = torch.randint(0, V, (2, length), generator=torch.Generator().manual_seed(1))
+    with caplog.at_level("INFO", logger="lab"):
+        imported = _compare(out, (ids,), hf)
     assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
+    if name.startswith("mistral"):  # export picks the Llama class for this layout: Mistral's mapping back, here
+        from lab.runtime.hf import mistral
+
+        config, back = mistral.convert(imported.model, {})
+        assert config["num_key_value_heads"] == 2 and back.keys() == hf.state_dict().keys()
+        assert [k for k, v in back.items() if not torch.equal(v, hf.state_dict()[k])] == []
+    if name == "mistral-window":
+        assert imported.model.cfg.max_seq_len == 16
+        assert "sliding_window=16 < max_position_embeddings=64: imported with model.max_seq_len=16" in caplog.text
 
 
 @pytest.mark.parametrize("name", ["mlm", "classifier", "mlm-erf-eps", "classifier-erf"])
@@ -207,7 +222,8 @@ def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
     with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
-                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MarianMTModel"):
+                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, "
+                                       "MarianMTModel"):
         load(out)
     (out / "tokenizer.json").unlink()
     with pytest.raises(LabError, match="lacks tokenizer.json; lab reads a Hugging Face directory with config.json"):

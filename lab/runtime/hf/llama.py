@@ -1,7 +1,11 @@
 """lab GPT in the Llama layout (rotary, RMSNorm, SwiGLU) -> transformers' LlamaForCausalLM."""
 from __future__ import annotations
 
+import logging
+
 import torch
+
+log = logging.getLogger("lab")
 
 LAYOUT = "pre-norm rmsnorm, rotary positions, swiglu FFN, no MoE, unscaled embeddings"
 
@@ -82,10 +86,14 @@ def backbone_arch(config: dict) -> dict:
     if rope.get("rope_type", "default") != "default" or config.get("rope_scaling"):
         raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions have a base (rope_theta) "
                        "without scaling")
-    setting(config, "sliding_window", (None,), None)
+    length, window = config["max_position_embeddings"], config.get("sliding_window")
+    if window is not None and window < length:  # within `window` positions the window hides nothing
+        log.info("config.json has sliding_window=%d < max_position_embeddings=%d: imported with model.max_seq_len=%d "
+                 "(lab's attention sees its whole context, which the window then never cuts)", window, length, window)
+        length = window
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
             "n_kv_heads": config.get("num_key_value_heads") or H,  # grouped-query attention (Llama 3, Mistral)
-            "max_seq_len": config["max_position_embeddings"], "dropout": float(config.get("attention_dropout", 0.0)),
+            "max_seq_len": length, "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
