@@ -57,6 +57,9 @@ CASES = {
     "gpt2-bpe-erf": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "ffn": "gelu_erf"}),  # the exact GELU
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
+    # Llama 3.1's rotary scaling: with head_dim 8 and 64 original positions, one pair kept, one smoothed, two slowed
+    "llama-char-rope-scaling": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "rope_scaling": {
+        "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_len": 64}}),
     # grouped-query attention: 4 query heads share 2 key/value heads (1: multi-query); biases split at the new sizes
     "llama-bpe-gqa-bias": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "n_kv_heads": 2, "bias": True}),
     "mixtral-char-mqa": ("MixtralForCausalLM", "char", {**LLAMA_LAYOUT, "n_kv_heads": 1, "moe": {

@@ -119,11 +119,14 @@ def bpe():
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
-                                  "llama-gqa-bias", "mixtral", "mixtral-gqa", "mistral-gqa", "mistral-window"])
+                                  "llama-gqa-bias", "llama3-rope-scaling", "mixtral", "mixtral-gqa", "mistral-gqa",
+                                  "mistral-window"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
     -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads;
-    mistral-window: a sliding window shorter than the positions (Mistral 7B v0.1's 4096 of 32768) is the context."""
+    mistral-window: a sliding window shorter than the positions (Mistral 7B v0.1's 4096 of 32768) is the context;
+    llama3-rope-scaling: Llama 3.1's rope_type llama3 (head_dim 8, 64 original positions: a rotary pair in each of
+    its three regimes), with GQA."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -138,6 +141,11 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
                                                                   activation_function="gelu_new", layer_norm_epsilon=0.01))
     elif name == "llama-eps-rope":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "rms_norm_eps": 0.01}, rope_theta=50.0))
+    elif name == "llama3-rope-scaling":
+        rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2,
+                                                                       "max_position_embeddings": 128}, rope_parameters=rope))
     elif name == "llama-gqa-bias":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2},
                                                                     attention_bias=True, mlp_bias=True))

@@ -98,7 +98,8 @@ class TransformerStack(nn.Module):
     def __init__(self, cfg: TransformerConfig, causal: bool, cross_attention: bool = False):
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base) if cfg.positions == "rotary" else None
+        rotary = (RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base, cfg.rope_scaling)
+                  if cfg.positions == "rotary" else None)
         self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention, i, causal) for i in range(cfg.n_layers))
         pre = cfg.norm_placement == "pre"
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if pre else nn.Identity()

@@ -13,6 +13,7 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
+ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")  # llama3_scaled's
 
 
 @dataclass
@@ -54,6 +55,10 @@ class TransformerConfig:
     rope_base: float = 10000.0
     """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
     checkpoints use larger bases (Llama 3: 500000)."""
+    rope_scaling: dict[str, float] | None = None
+    """Llama 3.1's rotary frequency scaling, {factor, low_freq_factor, high_freq_factor, original_max_len}
+    (lab.nn.positions.llama3_scaled; Llama 3.1/3.2: 8 or 32, 1, 4, 8192); imported checkpoints bring theirs.
+    None: the plain frequencies."""
     ffn: str = "gelu"
     """relu | gelu (tanh-approximate, GPT-2's code) | gelu_erf (exact, as transformers' "gelu"; dense FFNs only) |
     swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
@@ -108,6 +113,18 @@ class TransformerConfig:
         for name in ("norm_eps", "rope_base"):
             if not float(getattr(self, name)) > 0:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.rope_scaling is not None:
+            try:
+                scaling = {k: float(v) for k, v in dict(self.rope_scaling).items()}
+            except (TypeError, ValueError):
+                scaling = {}
+            if sorted(scaling) != sorted(ROPE_SCALING_KEYS) or min(scaling.values()) <= 0 \
+                    or scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+                raise ConfigError(f"model.rope_scaling={self.rope_scaling} needs the numbers "
+                                  f"{', '.join(ROPE_SCALING_KEYS)}, all positive, high_freq_factor > low_freq_factor "
+                                  "(Llama 3.1: model.rope_scaling={factor:8,low_freq_factor:1,high_freq_factor:4,"
+                                  "original_max_len:8192}), or null")
+            self.rope_scaling = scaling
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
 

@@ -177,7 +177,8 @@ MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_
 
 def differences(model, other) -> list[str]:
     """The model.* settings (as "model.k=v") that make model compute another function than other."""
-    diffs = [f"model.{k}={v}" for k, v in vars(other.cfg).items()
+    typed = lambda v: "{" + ",".join(f"{k}:{x}" for k, x in v.items()) + "}" if isinstance(v, dict) else v  # noqa: E731
+    diffs = [f"model.{k}={typed(v)}" for k, v in vars(other.cfg).items()
              if k not in TRAINING_ONLY and getattr(model.cfg, k) != v]
     mine, theirs = model.cfg.moe, other.cfg.moe
     if (mine is None) != (theirs is None):

@@ -54,7 +54,7 @@ def backbone_config(model) -> dict:
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_base, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
+        "rope_theta": cfg.rope_base, "rope_parameters": rope_parameters(cfg),
         "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
         "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
@@ -74,6 +74,16 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
     return config, s
 
 
+def rope_parameters(cfg) -> dict:
+    """model.rope_base and model.rope_scaling as transformers' rope_parameters: rope_type default, or llama3."""
+    if cfg.rope_scaling is None:
+        return {"rope_type": "default", "rope_theta": cfg.rope_base}
+    r = cfg.rope_scaling
+    return {"rope_type": "llama3", "rope_theta": cfg.rope_base, "factor": r["factor"],
+            "low_freq_factor": r["low_freq_factor"], "high_freq_factor": r["high_freq_factor"],
+            "original_max_position_embeddings": int(r["original_max_len"])}
+
+
 def backbone_arch(config: dict) -> dict:
     """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ."""
     from lab.errors import LabError  # noqa: PLC0415
@@ -82,10 +92,17 @@ def backbone_arch(config: dict) -> dict:
     D, H = config["hidden_size"], config["num_attention_heads"]
     setting(config, "hidden_act", ("silu",), "silu")
     setting(config, "head_dim", (D // H, None), D // H)
-    rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)}
-    if rope.get("rope_type", "default") != "default" or config.get("rope_scaling"):
+    # transformers 5 writes rope_parameters; older files rope_theta and rope_scaling (type or rope_type)
+    rope = config.get("rope_parameters") or {**(config.get("rope_scaling") or {}),
+                                             "rope_theta": config.get("rope_theta", 10000.0)}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "llama3"):
         raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions have a base (rope_theta) "
-                       "without scaling")
+                       "and Llama 3.1's scaling (rope_type llama3), no other")
+    scaling = None if kind == "default" else {  # a missing number: TransformerConfig's one error names them all
+        "factor": rope.get("factor"), "low_freq_factor": rope.get("low_freq_factor"),
+        "high_freq_factor": rope.get("high_freq_factor"),
+        "original_max_len": rope.get("original_max_position_embeddings", config["max_position_embeddings"])}
     length, window = config["max_position_embeddings"], config.get("sliding_window")
     if window is not None and window < length:  # within `window` positions the window hides nothing
         log.info("config.json has sliding_window=%d < max_position_embeddings=%d: imported with model.max_seq_len=%d "
@@ -95,6 +112,7 @@ def backbone_arch(config: dict) -> dict:
             "n_kv_heads": config.get("num_key_value_heads") or H,  # grouped-query attention (Llama 3, Mistral)
             "max_seq_len": length, "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
+            "rope_scaling": scaling,
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
 
