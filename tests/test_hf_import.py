@@ -174,6 +174,12 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         config, back = mistral.convert(imported.model, {})
         assert config["num_key_value_heads"] == 2 and back.keys() == hf.state_dict().keys()
         assert [k for k, v in back.items() if not torch.equal(v, hf.state_dict()[k])] == []
+    if name == "llama3-rope-scaling":  # Llama 3.1's released config.json form: rope_theta + rope_scaling
+        config = json.loads((out / "config.json").read_text())
+        rope = config.pop("rope_parameters")
+        config |= {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
+        (out / "config.json").write_text(json.dumps(config))
+        assert load(out).model.cfg.rope_scaling == imported.model.cfg.rope_scaling is not None
     if name == "mistral-window":
         assert imported.model.cfg.max_seq_len == 16
         assert "sliding_window=16 < max_position_embeddings=64: imported with model.max_seq_len=16" in caplog.text

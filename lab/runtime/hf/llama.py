@@ -50,11 +50,16 @@ def backbone(model) -> dict:
 
 def backbone_config(model) -> dict:
     cfg = model.cfg
+    rope = rope_parameters(cfg)
+    # Llama 3.1's released config.json form too (rope_theta + rope_scaling): transformers 4, vLLM and llama.cpp's
+    # converter read that; transformers 5 reads either (rope_scaling first), and both say the same
+    legacy = {} if cfg.rope_scaling is None else {"rope_scaling": {k: v for k, v in rope.items() if k != "rope_theta"}}
     return {
+        **legacy,
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_base, "rope_parameters": rope_parameters(cfg),
+        "rope_theta": cfg.rope_base, "rope_parameters": rope,
         "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
         "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
