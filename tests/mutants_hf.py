@@ -1,5 +1,6 @@
-"""One-line bugs in the Hugging Face conversion (lab/runtime/hf) and the fine-tuning options that the export,
-import and pipeline tests must kill, for the mutation script (tests/mutants.py)."""
+"""One-line bugs in the Hugging Face conversion (lab/runtime/hf), the settings imported models need (grouped-query
+attention) and the fine-tuning options that the export, import, attention and pipeline tests must kill, for the
+mutation script (tests/mutants.py)."""
 from __future__ import annotations
 
 PIPELINES = "tests/test_export_pipelines.py"
@@ -55,6 +56,31 @@ MUTANTS = [
     ("Marian import reads the exact GELU as the tanh one", "lab/runtime/hf/marian.py",
      '"ffn": {"relu": "relu", "gelu": "gelu_erf"}.get(act, "gelu"),', '"ffn": {"relu": "relu"}.get(act, "gelu"),',
      [f"{IMPORT}::test_a_transformers_translator_imports_with_its_logits"]),
+    ("Llama import ignores num_key_value_heads", "lab/runtime/hf/llama.py",
+     '"n_kv_heads": config.get("num_key_value_heads") or H,', '"n_kv_heads": H,',
+     [f"{IMPORT}::test_a_transformers_lm_imports_with_its_logits"]),
+    ("Llama export reorders the key heads' rotary pairs as if there were n_heads of them", "lab/runtime/hf/llama.py",
+     "rotary_to_half(k, KV)", "rotary_to_half(k, H)",
+     ["tests/test_export.py::test_logits_equal_lab_on_random_inputs"]),
+    ("GQA repeats the key/value heads in the wrong order (repeat, not repeat_interleave)", "lab/nn/attention.py",
+     "            q, k, v, attn_mask=mask,",
+     "            q, k.repeat(1, self.n_heads // self.n_kv_heads, 1, 1), v.repeat(1, self.n_heads // self.n_kv_heads, 1, 1), attn_mask=mask,",
+     ["tests/test_attention.py::test_grouped_query_attention_equals_a_naive_loop"]),
+    ("Llama import ignores Llama 3.1's rope scaling", "lab/runtime/hf/llama.py",
+     '"rope_scaling": scaling,', '"rope_scaling": None,',
+     [f"{IMPORT}::test_a_transformers_lm_imports_with_its_logits"]),
+    ("llama3 rotary scaling skips the smoothed band", "lab/nn/positions.py",
+     "return torch.where(medium, smoothed, scaled)", "return scaled",
+     ["tests/test_export.py::test_logits_equal_lab_on_random_inputs"]),
+    ("BERT import reads the exact GELU as the tanh one", "lab/runtime/hf/bert.py",
+     '"ffn": "gelu_erf" if act == "gelu" else "gelu",', '"ffn": "gelu",',
+     [f"{IMPORT}::test_a_transformers_bert_imports_with_its_logits"]),
+    ("MLM head keeps the tanh GELU under an exact-GELU FFN", "lab/models/encoder.py",
+     'self.approximate = "none" if exact_gelu else "tanh"', 'self.approximate = "tanh"',
+     ["tests/test_export.py::test_bert_logits_equal_lab_with_padding"]),
+    ("MLM head keeps PyTorch's layer norm epsilon", "lab/models/encoder.py",
+     'eps = cfg.norm_eps if cfg.norm == "layernorm" else 1e-5', "eps = 1e-5",
+     ["tests/test_export.py::test_bert_logits_equal_lab_with_padding"]),
     ("finetune head_lr ignored", "lab/tasks/base.py",
      '[{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]', '[{**g, "params": head(g)} for g in groups]',
      ["tests/test_finetune.py"]),

@@ -92,3 +92,66 @@ def test_rotary_scores_depend_only_on_relative_offset():
     score = lambda m, n: (rope(q, m) * rope(k, n)).sum()  # noqa: E731
     assert torch.allclose(score(5, 2), score(40, 37), atol=1e-5)
     assert not torch.allclose(score(5, 2), score(5, 4), atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------- grouped-query attention
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 1], ids=["gqa-2-of-4", "mqa"])
+def test_grouped_query_attention_equals_a_naive_loop(n_kv_heads):
+    """Query head h reads key/value head h // (n_heads / n_kv_heads) (Llama's repeat_kv), under the causal mask and
+    a padding mask; the reference is a loop over batch rows, heads and query positions."""
+    from lab.nn.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    D, H, hd, T = 32, 4, 8, 7
+    rope = RotaryEmbedding(hd, 16)
+    attn = MultiHeadAttention(D, H, bias=True, rotary=rope, n_kv_heads=n_kv_heads).eval()
+    assert attn.qkv_proj.weight.shape == (D + 2 * n_kv_heads * hd, D)
+    with torch.no_grad():
+        attn.qkv_proj.bias.normal_()
+    x = torch.randn(2, T, D)
+    real = torch.tensor([[True] * T, [True] * 4 + [False] * 3])  # row 1: 3 padded keys at the end
+    with torch.no_grad():
+        ours = attn(x, mask=real[:, None, None, :], is_causal=True)
+        proj = x @ attn.qkv_proj.weight.T + attn.qkv_proj.bias
+        q = proj[..., :D].reshape(2, T, H, hd).transpose(1, 2)
+        k = proj[..., D : D + n_kv_heads * hd].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
+        v = proj[..., D + n_kv_heads * hd :].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
+        q, k = rope(q), rope(k)
+        heads = torch.zeros(2, T, H, hd)
+        for b in range(2):
+            for h in range(H):
+                kv = h // (H // n_kv_heads)
+                for i in range(T):
+                    keys = [j for j in range(i + 1) if real[b, j]]
+                    w = torch.softmax(torch.stack([q[b, h, i] @ k[b, kv, j] for j in keys]) / math.sqrt(hd), 0)
+                    heads[b, i, h] = sum(wj * v[b, kv, j] for wj, j in zip(w, keys))
+        expected = heads.reshape(2, T, D) @ attn.out_proj.weight.T + attn.out_proj.bias
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
+
+
+def test_grouped_query_kv_cache_decoding_equals_recomputation():
+    """A GQA model (rotary, qk_norm) caches n_kv_heads heads per layer; cached steps, and greedy generation past
+    the context window (the cache rebuilt), equal recomputing from scratch."""
+    from lab.models.decoding import generate
+
+    model = tiny_gpt(positions="rotary", qk_norm=True, n_kv_heads=2)
+    caches = model.new_caches(3)
+    assert caches[0].k.shape == (3, 2, 32, 8)
+    ids = torch.randint(0, 50, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        steps = [model(ids[:, :5], caches)] + [model(ids[:, t : t + 1], caches) for t in range(5, 20)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), model(ids), atol=1e-5, rtol=0)
+    prompt = ids[:, :4]
+    cached = generate(model, prompt, 40, temperature=0.0)
+    assert torch.equal(cached, generate(model, prompt, 40, temperature=0.0, use_cache=False))
+
+
+def test_n_kv_heads_must_divide_n_heads():
+    from lab.nn import ConfigError
+
+    assert TransformerConfig(n_heads=4).n_kv_heads == 4  # null: one key/value head per query head
+    with pytest.raises(ConfigError, match=r"model.n_kv_heads=3 does not divide model.n_heads=4; pick n_kv_heads "
+                                          r"among \[1, 2, 4\]"):
+        TransformerConfig(n_heads=4, n_kv_heads=3)

@@ -69,6 +69,8 @@ CASES = {
     "accumulate-zero": (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0 must be"),
     "clip-negative": (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val=-1 must be"),
     "heads-do-not-divide-width": (["model.n_heads=3"], "is not divisible by model.n_heads=3"),
+    "kv-heads-do-not-divide-heads": (["model.n_kv_heads=3"], "model.n_kv_heads=3 does not divide model.n_heads=4; pick "
+                                                            "n_kv_heads among [1, 2, 4]"),
     "layers-zero": (["model.n_layers=0"], "model.n_layers=0 must be"),
     "missing-required-value": (["task.optimizer.lr=???"], "task.optimizer.lr is required but not set"),
     # the experiment needs a checkpoint that its parent experiment's model config sets to null (??? could not

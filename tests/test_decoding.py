@@ -22,6 +22,8 @@ PAD, BOS, EOS = 0, 1, 2
 LAYOUTS = {
     "modern": dict(norm_placement="pre", positions="rotary", ffn="swiglu"),
     "vanilla": dict(norm_placement="post", positions="sinusoidal", ffn="relu", scale_embeddings=True),
+    # grouped-query attention: 4 query heads share 2 key/value heads, in self- and cross-attention and their caches
+    "modern-gqa": dict(norm_placement="pre", positions="rotary", ffn="swiglu", n_kv_heads=2),
 }
 LIVELY = dict(init_std=0.3, tie_embeddings=False)
 

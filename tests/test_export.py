@@ -57,6 +57,13 @@ CASES = {
     "gpt2-bpe-erf": ("GPT2LMHeadModel", "bpe", {**GPT2_LAYOUT, "ffn": "gelu_erf"}),  # the exact GELU
     "mixtral-bpe-top2": ("MixtralForCausalLM", "bpe", {**LLAMA_LAYOUT, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
+    # Llama 3.1's rotary scaling: with head_dim 8 and 64 original positions, one pair kept, one smoothed, two slowed
+    "llama-char-rope-scaling": ("LlamaForCausalLM", "char", {**LLAMA_LAYOUT, "rope_scaling": {
+        "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_len": 64}}),
+    # grouped-query attention: 4 query heads share 2 key/value heads (1: multi-query); biases split at the new sizes
+    "llama-bpe-gqa-bias": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "n_kv_heads": 2, "bias": True}),
+    "mixtral-char-mqa": ("MixtralForCausalLM", "char", {**LLAMA_LAYOUT, "n_kv_heads": 1, "moe": {
+        "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
 }
 
 
@@ -214,11 +221,14 @@ def _padded(tok, texts):
     return torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])
 
 
-@pytest.mark.parametrize("kind", ["mlm", "mlm-untied", "classifier"])
+@pytest.mark.parametrize("kind", ["mlm", "mlm-untied", "classifier", "mlm-erf-eps", "classifier-erf-eps"])
 def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
+    """-erf-eps: the exact GELU (hidden_act "gelu", released BERT's) in the FFN and the MLM head, and a layer norm
+    epsilon far from the default, so a mapping that dropped either would change the logits."""
     torch.manual_seed(0)
-    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **BERT_LAYOUT)
-    if kind == "classifier":
+    erf = dict(ffn="gelu_erf", norm_eps=0.1) if kind.endswith("-erf-eps") else {}
+    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, **{**BERT_LAYOUT, **erf})
+    if kind.startswith("classifier"):
         model = _perturbed(EncoderClassifier(wordpiece.vocab_size, 0, 3, pooling="bert", **common))
         with torch.no_grad():
             model.classifier.weight.mul_(30)  # rows of logits that differ clearly from input to input
@@ -227,19 +237,20 @@ def test_bert_logits_equal_lab_with_padding(kind, wordpiece, tmp_path):
         model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, tie_embeddings=kind == "mlm", **common))
         meta, cls = {}, "BertForMaskedLM"
     assert export(model, wordpiece, meta, tmp_path).hf_class == cls
-    auto = transformers.AutoModelForMaskedLM if kind != "classifier" else transformers.AutoModelForSequenceClassification
+    auto = transformers.AutoModelForSequenceClassification if kind.startswith("classifier") else transformers.AutoModelForMaskedLM
     hf = auto.from_pretrained(tmp_path).eval()
+    assert (hf.config.hidden_act, hf.config.layer_norm_eps) == (("gelu", 0.1) if erf else ("gelu_new", 1e-5))
     ids = _padded(wordpiece, SAMPLES)
     with torch.no_grad():
         ours, theirs = model(ids), hf(input_ids=ids, attention_mask=ids != 0).logits
     assert (ours - ours.mean(0)).abs().max() > 0.05  # outputs differ from input to input
-    if kind == "classifier":
+    if kind.startswith("classifier"):
         assert hf.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
         torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
     else:  # padded positions are not compared: lab and BERT both leave them unused
         torch.testing.assert_close(theirs[ids != 0], ours[ids != 0], atol=1e-4, rtol=0)
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
-    texts = SAMPLES if kind == "classifier" else SAMPLES[:-1]  # the MLM's tokenizer reads "[PAD]" as the token
+    texts = SAMPLES if kind.startswith("classifier") else SAMPLES[:-1]  # the MLM's tokenizer reads "[PAD]" as the token
     assert [hf_tok(t)["input_ids"] for t in texts] == [encode_sentence(wordpiece, t, 1000) for t in texts]
 
 
@@ -267,7 +278,9 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({**GPT2_LAYOUT, "scale_embeddings": True}, "model.scale_embeddings=false"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
-], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate"])
+    ({**GPT2_LAYOUT, "n_kv_heads": 2}, "nearest: GPT2LMHeadModel, which needs model.n_kv_heads=4."),
+], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
+        "grouped-query-gpt2"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

@@ -107,9 +107,11 @@ def test_text_classification_pipeline_gives_lab_classify(wordpiece, tmp_path):
         assert t["label"] == label and t["score"] == pytest.approx(p, abs=1e-5)
 
 
-def test_fill_mask_pipeline_gives_lab_fill_mask(wordpiece, tmp_path):
+@pytest.mark.parametrize("layout", [{}, {"ffn": "gelu_erf", "norm_eps": 1e-12}], ids=["tanh-gelu", "bert-erf-gelu"])
+def test_fill_mask_pipeline_gives_lab_fill_mask(wordpiece, tmp_path, layout):
+    """bert-erf-gelu: released BERT's settings (hidden_act "gelu", layer_norm_eps 1e-12), in the MLM head too."""
     torch.manual_seed(0)
-    model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, **BERT))
+    model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, **{**BERT, **layout}))
     export(model, wordpiece, _meta(max_length=32), tmp_path)
     pipe = transformers.pipeline("fill-mask", model=str(tmp_path), device="cpu", top_k=3)
     # special-token strings other than [MASK] are left out: in the MLM's tokenizer they are tokens (lab.runtime.hf.tokenizer)

@@ -66,18 +66,20 @@ def test_translator_round_trip_is_bit_exact(ffn, placement, tmp_path):
     assert (back.pad_id, back.bos_id, back.eos_id) == (0, 1, 2)
 
 
-@pytest.mark.parametrize("kind", ["mlm", "classifier"])
+@pytest.mark.parametrize("kind", ["mlm", "classifier", "mlm-erf-eps"])
 def test_encoder_round_trip_is_bit_exact(kind, tmp_path):
     tok = HFTokenizer.train([TEXT] * 20, SPECIALS, vocab_size=200, kind="wordpiece")
     torch.manual_seed(0)
-    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, dropout=0.1, **BERT_LAYOUT)
+    erf = dict(ffn="gelu_erf", norm_eps=1e-12) if kind == "mlm-erf-eps" else {}  # released BERT's settings
+    common = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, dropout=0.1, **{**BERT_LAYOUT, **erf})
     model = _perturbed(EncoderClassifier(tok.vocab_size, 0, 3, pooling="bert", classifier_dropout=0.1, **common)
                        if kind == "classifier" else MaskedLM(tok.vocab_size, 0, 4, tie_embeddings=False, **common))
     export(model, tok, {}, tmp_path)
     back = load(tmp_path).model
     _same_model(model, back)
-    if kind == "mlm":
+    if kind.startswith("mlm"):
         assert back.mask_id == 4
+        assert (back.mlm_head.approximate, back.mlm_head.norm.eps) == (model.mlm_head.approximate, model.mlm_head.norm.eps)
 
 
 # ------------------------------------------------------------------ models made by transformers, random weights
@@ -116,9 +118,15 @@ def bpe():
     return HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=300, kind="bpe")
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope", "mixtral"])
-def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
-    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5)."""
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
+                                  "llama-gqa-bias", "llama3-rope-scaling", "mixtral", "mixtral-gqa", "mistral-gqa",
+                                  "mistral-window"])
+def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
+    """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
+    -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads;
+    mistral-window: a sliding window shorter than the positions (Mistral 7B v0.1's 4096 of 32768) is the context;
+    llama3-rope-scaling: Llama 3.1's rope_type llama3 (head_dim 8, 64 original positions: a rotary pair in each of
+    its three regimes), with GQA."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -133,27 +141,60 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path):
                                                                   activation_function="gelu_new", layer_norm_epsilon=0.01))
     elif name == "llama-eps-rope":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "rms_norm_eps": 0.01}, rope_theta=50.0))
+    elif name == "llama3-rope-scaling":
+        rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2,
+                                                                       "max_position_embeddings": 128}, rope_parameters=rope))
+    elif name == "llama-gqa-bias":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2},
+                                                                    attention_bias=True, mlp_bias=True))
     elif name.startswith("llama"):
         bias = name == "llama-bias-tied"
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, attention_bias=bias, mlp_bias=bias,
                                                                     tie_word_embeddings=bias))
+    elif name.startswith("mistral"):  # MistralConfig's own sliding window (4096) is longer than these 64 positions
+        window = {"sliding_window": 16} if name == "mistral-window" else {}
+        hf = transformers.MistralForCausalLM(transformers.MistralConfig(**{**small, "num_key_value_heads": 2}, **window))
     else:
-        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**small, num_local_experts=4,
-                                                                        num_experts_per_tok=2, rope_theta=10000.0))
+        kv = 2 if name == "mixtral-gqa" else 4
+        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**small, "num_key_value_heads": kv},
+                                                                        num_local_experts=4, num_experts_per_tok=2,
+                                                                        rope_theta=10000.0))
     hf = _randomised(hf)
     out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
-    ids = torch.randint(0, V, (2, 40), generator=torch.Generator().manual_seed(1))
-    imported = _compare(out, (ids,), hf)
+    length = 16 if name == "mistral-window" else 40
+    ids = torch.randint(0, V, (2, length), generator=torch.Generator().manual_seed(1))
+    with caplog.at_level("INFO", logger="lab"):
+        imported = _compare(out, (ids,), hf)
     assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
+    if name.startswith("mistral"):  # export picks the Llama class for this layout: Mistral's mapping back, here
+        from lab.runtime.hf import mistral
+
+        config, back = mistral.convert(imported.model, {})
+        assert config["num_key_value_heads"] == 2 and back.keys() == hf.state_dict().keys()
+        assert [k for k, v in back.items() if not torch.equal(v, hf.state_dict()[k])] == []
+    if name == "llama3-rope-scaling":  # Llama 3.1's released config.json form: rope_theta + rope_scaling
+        config = json.loads((out / "config.json").read_text())
+        rope = config.pop("rope_parameters")
+        config |= {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
+        (out / "config.json").write_text(json.dumps(config))
+        assert load(out).model.cfg.rope_scaling == imported.model.cfg.rope_scaling is not None
+    if name == "mistral-window":
+        assert imported.model.cfg.max_seq_len == 16
+        assert "sliding_window=16 < max_position_embeddings=64: imported with model.max_seq_len=16" in caplog.text
 
 
-@pytest.mark.parametrize("name", ["mlm", "classifier"])
+@pytest.mark.parametrize("name", ["mlm", "classifier", "mlm-erf-eps", "classifier-erf"])
 def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
+    """-erf: BertConfig's defaults, as released BERT checkpoints have them (hidden_act "gelu", the exact GELU, in
+    the FFN and the MLM head; layer_norm_eps 1e-12); -eps: an epsilon far from 1e-5 (0.1), so ignoring it shows."""
     tok = HFTokenizer.train([TEXT] * 20, SPECIALS, vocab_size=200, kind="wordpiece")
+    act = {} if "erf" in name else {"hidden_act": "gelu_new", "layer_norm_eps": 1e-5}
     config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=48, max_position_embeddings=64, hidden_act="gelu_new",
-                                     layer_norm_eps=1e-5, type_vocab_size=2, num_labels=3)
-    cls = transformers.BertForMaskedLM if name == "mlm" else transformers.BertForSequenceClassification
+                                     intermediate_size=48, max_position_embeddings=64, type_vocab_size=2, num_labels=3,
+                                     **act, **({"layer_norm_eps": 0.1} if name.endswith("-eps") else {}))
+    cls = transformers.BertForMaskedLM if name.startswith("mlm") else transformers.BertForSequenceClassification
     hf = _randomised(cls(config))  # token type 0's row non-zero: folded into the positions
     out = _save(hf, tok, tmp_path)
     ids = torch.randint(5, tok.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
@@ -186,16 +227,17 @@ def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
 
 
 def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp_path):
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(  # heads wider than hidden_size / heads (Qwen3)
         vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=48, rms_norm_eps=1e-6))
-    out = _save(hf, bpe, tmp_path / "gqa")
-    with pytest.raises(LabError, match="num_key_value_heads=2; lab reproduces 4"):
+        head_dim=16, intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path / "wide-heads")
+    with pytest.raises(LabError, match="head_dim=16; lab reproduces 8 or None only"):
         load(out)
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
     with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
-                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MarianMTModel"):
+                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, "
+                                       "MarianMTModel"):
         load(out)
     (out / "tokenizer.json").unlink()
     with pytest.raises(LabError, match="lacks tokenizer.json; lab reads a Hugging Face directory with config.json"):
@@ -203,7 +245,8 @@ def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp
 
 
 def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
-    """BERT's erf GELU / eps or a non-zero Marian final_logits_bias would be silently different: refused."""
+    """A BERT activation lab's FFN and head lack, or a non-zero Marian final_logits_bias, would be silently
+    different: refused."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     config = transformers.MarianConfig(vocab_size=tok.vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
                                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
@@ -214,8 +257,8 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
     with pytest.raises(LabError, match="final_logits_bias hold non-zero values where lab's model has no parameter"):
         load(_save(hf, tok, tmp_path / "marian"))
     bert = transformers.BertForMaskedLM(transformers.BertConfig(
-        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48))
-    with pytest.raises(LabError, match="hidden_act='gelu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' only"):
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48, hidden_act="relu"))
+    with pytest.raises(LabError, match="hidden_act='relu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' or 'gelu' only"):
         load(_save(bert, HFTokenizer.train([TEXT], SPECIALS, 50, "wordpiece"), tmp_path / "bert"))
 
 
@@ -224,12 +267,12 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
 
 @pytest.fixture(scope="module")
 def small_bert(tmp_path_factory):
-    """A transformers BertForMaskedLM of lab's test sizes, with its WordPiece tokenizer."""
+    """A transformers BertForMaskedLM of lab's test sizes with BertConfig's defaults (released BERT's: the exact
+    GELU, layer_norm_eps 1e-12), with its WordPiece tokenizer."""
     tok = HFTokenizer.train(["a gorgeous moving film. the worst movie of the year, dull and long."] * 20, SPECIALS,
                             vocab_size=120, kind="wordpiece")
     config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=128, max_position_embeddings=32, hidden_act="gelu_new",
-                                     layer_norm_eps=1e-5, type_vocab_size=2)
+                                     intermediate_size=128, max_position_embeddings=32, type_vocab_size=2)
     return _save(_randomised(transformers.BertForMaskedLM(config)), tok, tmp_path_factory.mktemp("bert")), tok
 
 
@@ -241,7 +284,8 @@ def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
     keys = dict.fromkeys(("d_model", "n_layers", "n_heads", "max_seq_len", "norm_placement", "positions"))
     with pytest.raises(LabError) as e:
         init_from(model, str(bert), {"config": {"model": keys}})
-    assert str(e.value).endswith("; add model.norm_placement=post +model.embed_norm=true")
+    assert str(e.value).endswith("; add +model.norm_eps=1e-12 model.norm_placement=post +model.ffn=gelu_erf "
+                                 "+model.embed_norm=true")
     gpt = _model(tok.vocab_size, **CASES["gpt2-char"][2])
     with pytest.raises(LabError, match="is a BertForMaskedLM, which a GPT cannot start from"):
         init_from(gpt, str(bert), {})
@@ -256,7 +300,7 @@ def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
     bert, _ = small_bert
     train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
            "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
-           "model.embed_norm=true", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+           "model.embed_norm=true", "model.ffn=gelu_erf", "+model.norm_eps=1e-12", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
            "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
            "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
     (run,) = run_dirs(tmp_path)

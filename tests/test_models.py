@@ -59,6 +59,7 @@ def test_swiglu_default_hidden_keeps_parameter_count():
     ("n_heads", 6, "not divisible by model.n_heads=6"),
     ("positions", "alibi", "choose one of learned, sinusoidal, rotary, none"),
     ("dropout", 1.5, "model.dropout must be in"),
+    ("rope_scaling", {"factor": 8}, "model.rope_scaling={'factor': 8} needs the numbers factor, low_freq_factor"),
 ])
 def test_bad_architecture_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):

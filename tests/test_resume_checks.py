@@ -3,6 +3,7 @@ the learning rate where it was instead of jumping to the new plan."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,19 @@ def test_resuming_another_model_or_task_is_one_error_before_any_work(checkpoint,
 def test_a_setting_that_keeps_the_shapes_is_only_a_warning(checkpoint, tmp_path):
     result = train([*BASE, "trainer.max_steps=22", "model.dropout=0.1", f"ckpt_path={checkpoint}"], tmp_path)
     assert "model.dropout 0.0 -> 0.1" in result.stdout
+
+
+def test_a_checkpoint_from_before_grouped_query_attention_resumes_with_one_note():
+    """A run saved before model.n_kv_heads existed (no such key) builds the same parameters as null (one key/value
+    head per query head): resuming is the warning's one listed change, not a refusal."""
+    from omegaconf import OmegaConf
+
+    from lab.runtime.trainer.resume import parameter_shapes
+
+    now = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf/model/gpt.yaml"))
+    saved = {k: v for k, v in now.items() if k != "n_kv_heads"}
+    vocab = {"vocab_size": 65}
+    assert parameter_shapes(saved, vocab) == parameter_shapes(now, vocab)
+    assert config_changes({"model": saved}, {"model": now}) == {"model.n_kv_heads": ("<absent>", None)}
+    grouped = parameter_shapes({**now, "positions": "rotary", "n_kv_heads": 2}, vocab)
+    assert grouped["decoder.layers.0.self_attn.qkv_proj.weight"] == (128 + 2 * 2 * 32, 128)  # a GQA run: refused

@@ -131,16 +131,27 @@ class EncoderClassifier(nn.Module):
 
 class MLMHead(nn.Module):
     """BERT's prediction head: dense -> gelu -> layernorm -> vocabulary projection (weight given: tied).
-    The GELU is the FFN's (tanh approximation), as BERT uses one activation for both."""
+    exact_gelu: the erf GELU instead of the tanh approximation; eps: the layernorm's epsilon."""
 
-    def __init__(self, d_model: int, vocab_size: int):
+    def __init__(self, d_model: int, vocab_size: int, exact_gelu: bool = False, eps: float = 1e-5):
         super().__init__()
         self.dense = nn.Linear(d_model, d_model)
-        self.norm = nn.LayerNorm(d_model)
+        self.approximate = "none" if exact_gelu else "tanh"
+        self.norm = nn.LayerNorm(d_model, eps=eps)
         self.decoder = nn.Linear(d_model, vocab_size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., V]
-        return self.decoder(self.norm(F.gelu(self.dense(h), approximate="tanh")))
+        return self.decoder(self.norm(F.gelu(self.dense(h), approximate=self.approximate)))
+
+    @classmethod
+    def for_model(cls, cfg: TransformerConfig, vocab_size: int) -> MLMHead:
+        """BERT's head has the FFN's activation and the model's layer norm epsilon (one hidden_act, one
+        layer_norm_eps): the exact GELU when model.ffn=gelu_erf, the tanh one for every other FFN (what lab's
+        head always computed); model.norm_eps for a layernorm model, PyTorch's 1e-5 under rmsnorm (the head is a
+        LayerNorm whatever the blocks use, and kept that epsilon). The shipped encoder_mlm (gelu, layernorm,
+        norm_eps null = 1e-5) gets the head it always had."""
+        eps = cfg.norm_eps if cfg.norm == "layernorm" else 1e-5
+        return cls(cfg.d_model, vocab_size, exact_gelu=cfg.ffn == "gelu_erf", eps=eps)
 
 
 class MaskedLM(nn.Module):
@@ -151,7 +162,7 @@ class MaskedLM(nn.Module):
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
         self.mask_id = mask_id
         self.encoder = Encoder(vocab_size, pad_id, cfg)
-        self.mlm_head = MLMHead(cfg.d_model, vocab_size)
+        self.mlm_head = MLMHead.for_model(cfg, vocab_size)
         init_weights(self, cfg.init_std, cfg.n_layers)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.mlm_head.decoder.weight = self.encoder.embed.tokens.weight

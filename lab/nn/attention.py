@@ -69,25 +69,30 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
         cross: bool = False,
         qk_norm: tuple[nn.Module, nn.Module] | None = None,
+        n_kv_heads: int | None = None,
     ):
-        """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none."""
+        """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none.
+        n_kv_heads: key/value heads (grouped-query attention), each shared by n_heads / n_kv_heads consecutive
+        query heads (key head j serves query heads j*g .. j*g+g-1, as Llama's repeat_kv); None: n_heads."""
         super().__init__()
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        kv_dim = self.n_kv_heads * self.head_dim
         self.cross = cross
         if cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # one matmul for q, k, v
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # one matmul for q, k, v
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj.is_residual_proj = True
         self.rotary = None if cross else rotary  # source and target positions are unrelated
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
         self.dropout = dropout
 
-    def _heads(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
-        B, T, _ = x.shape  # [B, T, n*D] -> n x [B, H, T, hd]
-        return x.view(B, T, n, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    def _heads(self, x: torch.Tensor, *counts: int) -> tuple[torch.Tensor, ...]:
+        B, T, _ = x.shape  # [B, T, sum(counts) * hd] -> [B, n, T, hd] for each n of counts
+        return x.view(B, T, -1, self.head_dim).transpose(1, 2).split(counts, dim=1)
 
     @staticmethod
     def _norm(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:  # [B, H, T, hd], over hd
@@ -104,17 +109,17 @@ class MultiHeadAttention(nn.Module):
         """x: [B, T, D]; memory: [B, S, D] (cross only); mask: bool broadcastable to [B, H, T, S]."""
         B, T, D = x.shape
         if self.cross:
-            (q,) = self._heads(self.q_proj(x), 1)
+            (q,) = self._heads(self.q_proj(x), self.n_heads)
             q = self._norm(q, self.q_norm)
             if cache is not None and cache.length:
                 k, v = cache.view()  # encoder memory projected (and normalised) once per source sentence
             else:
-                k, v = self._heads(self.kv_proj(memory), 2)
+                k, v = self._heads(self.kv_proj(memory), self.n_kv_heads, self.n_kv_heads)
                 k = self._norm(k, self.k_norm)
                 if cache is not None:
                     k, v = cache.append(k, v)
         else:
-            q, k, v = self._heads(self.qkv_proj(x), 3)
+            q, k, v = self._heads(self.qkv_proj(x), self.n_heads, self.n_kv_heads, self.n_kv_heads)
             q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)  # cached keys are stored normalised
             start = cache.length if cache is not None else 0
             if self.rotary is not None:
@@ -129,7 +134,10 @@ class MultiHeadAttention(nn.Module):
             else:
                 causal = causal_mask(T, k.shape[2], x.device)
                 mask = causal if mask is None else mask & causal
+        # k, v: [B, n_kv_heads, S, hd]; SDPA's enable_gqa shares each among its group of query heads without
+        # copying them (the cache stays small); a kernel without it computes the same on its math path
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=use_is_causal
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=use_is_causal,
+            enable_gqa=self.n_kv_heads != self.n_heads,
         )  # [B, H, T, hd]
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))

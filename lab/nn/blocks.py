@@ -79,7 +79,7 @@ def make_block(
 ) -> Block:
     def attn(cross: bool) -> MultiHeadAttention:
         qk_norm = (RMSNorm(cfg.head_dim), RMSNorm(cfg.head_dim)) if cfg.qk_norm else None
-        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm)
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm, cfg.n_kv_heads)
 
     n_sublayers = 3 if cross_attention else 2
     return Block(
@@ -98,7 +98,8 @@ class TransformerStack(nn.Module):
     def __init__(self, cfg: TransformerConfig, causal: bool, cross_attention: bool = False):
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base) if cfg.positions == "rotary" else None
+        rotary = (RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base, cfg.rope_scaling)
+                  if cfg.positions == "rotary" else None)
         self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention, i, causal) for i in range(cfg.n_layers))
         pre = cfg.norm_placement == "pre"
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if pre else nn.Identity()
@@ -107,7 +108,7 @@ class TransformerStack(nn.Module):
         """One self-attention cache per layer, sized for max_len positions (default: the context window)."""
         p = next(self.parameters()) if like is None else like
         max_len = max_len or self.cfg.max_seq_len
-        return [KVCache(batch, self.cfg.n_heads, self.cfg.head_dim, max_len, p.dtype, p.device) for _ in self.layers]
+        return [KVCache(batch, self.cfg.n_kv_heads, self.cfg.head_dim, max_len, p.dtype, p.device) for _ in self.layers]
 
     def forward(
         self,

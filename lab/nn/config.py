@@ -13,6 +13,7 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
+ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")  # llama3_scaled's
 
 
 @dataclass
@@ -31,6 +32,10 @@ class TransformerConfig:
     """Number of blocks in the stack (per side for an encoder-decoder)."""
     n_heads: int = 4
     """Attention heads; must divide d_model."""
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention, Ainslie et al. 2023; Llama 3, Mistral): each serves
+    n_heads / n_kv_heads consecutive query heads, so the KV cache is that many times smaller; must divide n_heads.
+    None: n_heads (multi-head attention); 1: multi-query attention."""
     d_ff: int | None = None
     """Hidden width of the feed-forward block. None: 4*d_model, or 8/3*d_model (rounded to 64) for swiglu,
     which keeps the parameter count of the 4x two-matrix FFN."""
@@ -50,6 +55,10 @@ class TransformerConfig:
     rope_base: float = 10000.0
     """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
     checkpoints use larger bases (Llama 3: 500000)."""
+    rope_scaling: dict[str, float] | None = None
+    """Llama 3.1's rotary frequency scaling, {factor, low_freq_factor, high_freq_factor, original_max_len}
+    (lab.nn.positions.llama3_scaled; Llama 3.1/3.2: 8 or 32, 1, 4, 8192); imported checkpoints bring theirs.
+    None: the plain frequencies."""
     ffn: str = "gelu"
     """relu | gelu (tanh-approximate, GPT-2's code) | gelu_erf (exact, as transformers' "gelu"; dense FFNs only) |
     swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
@@ -89,6 +98,12 @@ class TransformerConfig:
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 "pick n_heads that divides d_model"
             )
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if int(self.n_kv_heads) <= 0 or self.n_heads % self.n_kv_heads:
+            divisors = [h for h in range(1, self.n_heads + 1) if self.n_heads % h == 0]
+            raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}; "
+                              f"pick n_kv_heads among {divisors} (or null: one per query head)")
         if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
             raise ConfigError("rotary positions need an even head size (d_model / n_heads)")
         if not 0.0 <= self.dropout < 1.0:
@@ -98,6 +113,18 @@ class TransformerConfig:
         for name in ("norm_eps", "rope_base"):
             if not float(getattr(self, name)) > 0:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.rope_scaling is not None:
+            try:
+                scaling = {k: float(v) for k, v in dict(self.rope_scaling).items()}
+            except (TypeError, ValueError):
+                scaling = {}
+            if sorted(scaling) != sorted(ROPE_SCALING_KEYS) or min(scaling.values()) <= 0 \
+                    or scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+                raise ConfigError(f"model.rope_scaling={self.rope_scaling} needs the numbers "
+                                  f"{', '.join(ROPE_SCALING_KEYS)}, all positive, high_freq_factor > low_freq_factor "
+                                  "(Llama 3.1: model.rope_scaling={factor:8,low_freq_factor:1,high_freq_factor:4,"
+                                  "original_max_len:8192}), or null")
+            self.rope_scaling = scaling
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
 

@@ -35,13 +35,31 @@ class SinusoidalPositions(nn.Module):
         return self.table[start : start + length]
 
 
+def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
+                  original_max_len: int) -> torch.Tensor:
+    """Llama 3.1's rotary frequency scaling (Meta's reference; transformers' rope_type "llama3"): pairs whose
+    wavelength exceeds original_max_len / low_freq_factor turn factor times slower, those shorter than
+    original_max_len / high_freq_factor are kept, those between are interpolated. Same operations, same order as
+    the reference, so the frequencies are the same floats."""
+    low_freq_wavelen, high_freq_wavelen = original_max_len / low_freq_factor, original_max_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al. 2021): rotate each (even, odd) pair of q/k features by a position-dependent angle,
-    so q·k depends only on the relative offset. Shared by every attention layer of a stack."""
+    so q·k depends only on the relative offset. Shared by every attention layer of a stack.
+    scaling: llama3_scaled's settings (Llama 3.1), None: the plain frequencies."""
 
-    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0):
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0, scaling: dict | None = None):
         super().__init__()
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        if scaling is not None:
+            inv_freq = llama3_scaled(inv_freq, **scaling)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # [L, hd/2]
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)

@@ -92,6 +92,7 @@ RULES: dict[str, tuple[Callable, str]] = {
     "model.d_model": POSITIVE_INT,
     "model.n_layers": POSITIVE_INT,
     "model.n_heads": POSITIVE_INT,
+    "model.n_kv_heads": optional(POSITIVE_INT),
     "model.d_ff": optional(POSITIVE_INT),
     "model.max_seq_len": POSITIVE_INT,
     "model.init_std": POSITIVE,
@@ -159,6 +160,10 @@ def check_values(cfg: DictConfig) -> None:
     if _is_int(model.get("d_model")) and _is_int(model.get("n_heads")) and model.d_model % model.n_heads:
         raise LabError(f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}; choose "
                        f"n_heads among {[h for h in range(1, model.d_model + 1) if model.d_model % h == 0][-6:]}")
+    if _is_int(model.get("n_heads")) and _is_int(model.get("n_kv_heads")) and model.n_heads % model.n_kv_heads:
+        raise LabError(f"model.n_kv_heads={model.n_kv_heads} does not divide model.n_heads={model.n_heads}; pick "
+                       f"n_kv_heads among {[h for h in range(1, model.n_heads + 1) if model.n_heads % h == 0]} "
+                       "(or null: one per query head)")
     present, warmup = _value(cfg, "task.scheduler.warmup_steps")
     steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     if present and _is_int(steps) and steps > 0 and warmup > steps:  # a smoke test's normal state: said, not refused

@@ -19,19 +19,21 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.hf import bert, gpt2, llama, marian, mixtral, pegasus, tokenizer
+from lab.runtime.hf import bert, gpt2, llama, marian, mistral, mixtral, pegasus, tokenizer
 
 log = logging.getLogger("lab")
 
 # (class name, module), tried in order, per kind of lab model.
-LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral))
+LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral),
+               ("MistralForCausalLM", mistral))  # after Llama: exports of its layout are LlamaForCausalLM
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian), ("PegasusForConditionalGeneration", pegasus))
 MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 
 
 AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "AutoModelForCausalLM",
-                "MixtralForCausalLM": "AutoModelForCausalLM", "MarianMTModel": "AutoModelForSeq2SeqLM",
+                "MixtralForCausalLM": "AutoModelForCausalLM", "MistralForCausalLM": "AutoModelForCausalLM",
+                "MarianMTModel": "AutoModelForSeq2SeqLM",
                 "PegasusForConditionalGeneration": "AutoModelForSeq2SeqLM",
                 "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}
 

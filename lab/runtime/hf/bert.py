@@ -8,17 +8,21 @@ import torch
 
 log = logging.getLogger("lab")
 
-LAYOUT = ("post-norm layernorm, learned positions, gelu FFN, embed_norm=true, unscaled embeddings, no MoE; "
+LAYOUT = ("post-norm layernorm, learned positions, gelu or gelu_erf FFN, embed_norm=true, unscaled embeddings, no MoE; "
           "classifiers: pooling=bert, head=sequence")
-LN_EPS = 1e-5  # nn.LayerNorm's default, which lab uses
+# lab's FFN -> hidden_act: BERT has one activation, in the FFN and the MLM head alike, and lab's head follows the
+# FFN's (lab.models.encoder.MLMHead.for_model): the tanh GELU, or the exact one of released BERT checkpoints
+ACTIVATION = {"gelu": "gelu_new", "gelu_erf": "gelu"}
 
 
 def check(model) -> list[str]:
     cfg = model.cfg
-    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post", "ffn": "gelu",
+    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post",
               "embed_norm": True, "scale_embeddings": False, "moe": None,
-              "norm_eps": LN_EPS}  # BERT has one layer_norm_eps, also for the MLM head's norm (lab's: PyTorch's)
+              "n_kv_heads": cfg.n_heads}  # one key/value head per query head
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    if cfg.ffn not in ACTIVATION:
+        missing.append("model.ffn=gelu")  # or gelu_erf
     if hasattr(model, "classifier"):
         if model.head_kind != "sequence":
             missing.append("model.head=sequence")
@@ -61,8 +65,9 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
     config = {
         "model_type": "bert", "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
-        "hidden_act": "gelu_new",  # lab's tanh-approximate GELU, in the FFN and the MLM head alike
-        "max_position_embeddings": cfg.max_seq_len, "type_vocab_size": 1, "layer_norm_eps": LN_EPS,
+        "hidden_act": ACTIVATION[cfg.ffn],
+        "max_position_embeddings": cfg.max_seq_len, "type_vocab_size": 1,
+        "layer_norm_eps": cfg.norm_eps,  # every norm's, the MLM head's too (it follows model.norm_eps)
         "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout,
         "pad_token_id": model.encoder.pad_id, "tie_word_embeddings": bool(cfg.tie_embeddings),
     }
@@ -103,14 +108,14 @@ def arch(config: dict, state: dict, name: str, tok) -> dict:
     """BertForMaskedLM / BertForSequenceClassification's config.json -> lab.models.encoder's arguments."""
     from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
 
-    setting(config, "hidden_act", ("gelu_new", "gelu_pytorch_tanh"), "gelu")  # lab's tanh GELU
-    setting(config, "layer_norm_eps", (LN_EPS,), 1e-12)
+    act = setting(config, "hidden_act", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")  # "gelu": the exact one
     setting(config, "position_embedding_type", ("absolute",), "absolute")
     kw = {"vocab_size": config["vocab_size"], "pad_id": config.get("pad_token_id", 0), "d_model": config["hidden_size"],
           "n_layers": config["num_hidden_layers"], "n_heads": config["num_attention_heads"],
           "d_ff": config["intermediate_size"], "max_seq_len": config["max_position_embeddings"],
           "dropout": float(config.get("hidden_dropout_prob", 0.1)), "positions": "learned", "norm": "layernorm",
-          "norm_placement": "post", "ffn": "gelu", "embed_norm": True, "scale_embeddings": False,
+          "norm_placement": "post", "ffn": "gelu_erf" if act == "gelu" else "gelu", "embed_norm": True,
+          "norm_eps": float(config.get("layer_norm_eps", 1e-12)), "scale_embeddings": False,
           "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
           "bias": has_bias(state, lambda k: k.startswith("bert.") and k.endswith(".bias") and ".pooler." not in k)}
     if name == "BertForMaskedLM":

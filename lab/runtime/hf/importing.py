@@ -177,7 +177,8 @@ MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_
 
 def differences(model, other) -> list[str]:
     """The model.* settings (as "model.k=v") that make model compute another function than other."""
-    diffs = [f"model.{k}={v}" for k, v in vars(other.cfg).items()
+    typed = lambda v: "{" + ",".join(f"{k}:{x}" for k, x in v.items()) + "}" if isinstance(v, dict) else v  # noqa: E731
+    diffs = [f"model.{k}={typed(v)}" for k, v in vars(other.cfg).items()
              if k not in TRAINING_ONLY and getattr(model.cfg, k) != v]
     mine, theirs = model.cfg.moe, other.cfg.moe
     if (mine is None) != (theirs is None):
@@ -207,9 +208,9 @@ def init_from(model, path: str, meta: dict) -> None:
     kind = type(model).__name__
     if type(imported.model).__name__ not in wanted.get(kind, ()):
         raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
-                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM -> the LM; BertForMaskedLM, "
-                       "BertForSequenceClassification -> the classifier; MarianMTModel, PegasusForConditionalGeneration -> the "
-                       "translator")
+                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM -> the LM; "
+                       "BertForMaskedLM, BertForSequenceClassification -> the classifier; MarianMTModel, "
+                       "PegasusForConditionalGeneration -> the translator")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
     hints = [as_typed(h, keys) for h in differences(model, imported.model)]
     if hints:

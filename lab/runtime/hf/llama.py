@@ -1,7 +1,11 @@
 """lab GPT in the Llama layout (rotary, RMSNorm, SwiGLU) -> transformers' LlamaForCausalLM."""
 from __future__ import annotations
 
+import logging
+
 import torch
+
+log = logging.getLogger("lab")
 
 LAYOUT = "pre-norm rmsnorm, rotary positions, swiglu FFN, no MoE, unscaled embeddings"
 
@@ -25,17 +29,18 @@ def rotary_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 def backbone(model) -> dict:
     """Embeddings, attention, norms and the output layer (everything but the feed-forward blocks)."""
     cfg = model.cfg
-    D, H = cfg.d_model, cfg.n_heads
+    D, H, KV = cfg.d_model, cfg.n_heads, cfg.n_kv_heads
+    sizes = [D, KV * cfg.head_dim, KV * cfg.head_dim]  # queries, then n_kv_heads key and value heads
     s = {"model.embed_tokens.weight": model.embed.tokens.weight}
     for i, block in enumerate(model.decoder.layers):
         p = f"model.layers.{i}."
         attn = block.self_attn
-        q, k, v = attn.qkv_proj.weight.split(D)
-        s[p + "self_attn.q_proj.weight"], s[p + "self_attn.k_proj.weight"] = rotary_to_half(q, H), rotary_to_half(k, H)
+        q, k, v = attn.qkv_proj.weight.split(sizes)
+        s[p + "self_attn.q_proj.weight"], s[p + "self_attn.k_proj.weight"] = rotary_to_half(q, H), rotary_to_half(k, KV)
         s[p + "self_attn.v_proj.weight"], s[p + "self_attn.o_proj.weight"] = v, attn.out_proj.weight
         if cfg.bias:
-            qb, kb, vb = attn.qkv_proj.bias.split(D)
-            s[p + "self_attn.q_proj.bias"], s[p + "self_attn.k_proj.bias"] = rotary_to_half(qb, H), rotary_to_half(kb, H)
+            qb, kb, vb = attn.qkv_proj.bias.split(sizes)
+            s[p + "self_attn.q_proj.bias"], s[p + "self_attn.k_proj.bias"] = rotary_to_half(qb, H), rotary_to_half(kb, KV)
             s[p + "self_attn.v_proj.bias"], s[p + "self_attn.o_proj.bias"] = vb, attn.out_proj.bias
         s[p + "input_layernorm.weight"], s[p + "post_attention_layernorm.weight"] = block.norm_attn.weight, block.norm_ffn.weight
     s["model.norm.weight"] = model.decoder.final_norm.weight
@@ -45,11 +50,16 @@ def backbone(model) -> dict:
 
 def backbone_config(model) -> dict:
     cfg = model.cfg
+    rope = rope_parameters(cfg)
+    # Llama 3.1's released config.json form too (rope_theta + rope_scaling): transformers 4, vLLM and llama.cpp's
+    # converter read that; transformers 5 reads either (rope_scaling first), and both say the same
+    legacy = {} if cfg.rope_scaling is None else {"rope_scaling": {k: v for k, v in rope.items() if k != "rope_theta"}}
     return {
+        **legacy,
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_base, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
+        "rope_theta": cfg.rope_base, "rope_parameters": rope,
         "attention_bias": bool(cfg.bias), "attention_dropout": cfg.dropout,
         "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
@@ -69,6 +79,16 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
     return config, s
 
 
+def rope_parameters(cfg) -> dict:
+    """model.rope_base and model.rope_scaling as transformers' rope_parameters: rope_type default, or llama3."""
+    if cfg.rope_scaling is None:
+        return {"rope_type": "default", "rope_theta": cfg.rope_base}
+    r = cfg.rope_scaling
+    return {"rope_type": "llama3", "rope_theta": cfg.rope_base, "factor": r["factor"],
+            "low_freq_factor": r["low_freq_factor"], "high_freq_factor": r["high_freq_factor"],
+            "original_max_position_embeddings": int(r["original_max_len"])}
+
+
 def backbone_arch(config: dict) -> dict:
     """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ."""
     from lab.errors import LabError  # noqa: PLC0415
@@ -76,16 +96,28 @@ def backbone_arch(config: dict) -> dict:
 
     D, H = config["hidden_size"], config["num_attention_heads"]
     setting(config, "hidden_act", ("silu",), "silu")
-    setting(config, "num_key_value_heads", (H, None), H)  # lab has no grouped-query attention
     setting(config, "head_dim", (D // H, None), D // H)
-    rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)}
-    if rope.get("rope_type", "default") != "default" or config.get("rope_scaling"):
+    # transformers 5 writes rope_parameters; older files rope_theta and rope_scaling (type or rope_type)
+    rope = config.get("rope_parameters") or {**(config.get("rope_scaling") or {}),
+                                             "rope_theta": config.get("rope_theta", 10000.0)}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "llama3"):
         raise LabError(f"config.json has rotary settings {rope}; lab's rotary positions have a base (rope_theta) "
-                       "without scaling")
-    setting(config, "sliding_window", (None,), None)
+                       "and Llama 3.1's scaling (rope_type llama3), no other")
+    scaling = None if kind == "default" else {  # a missing number: TransformerConfig's one error names them all
+        "factor": rope.get("factor"), "low_freq_factor": rope.get("low_freq_factor"),
+        "high_freq_factor": rope.get("high_freq_factor"),
+        "original_max_len": rope.get("original_max_position_embeddings", config["max_position_embeddings"])}
+    length, window = config["max_position_embeddings"], config.get("sliding_window")
+    if window is not None and window < length:  # within `window` positions the window hides nothing
+        log.info("config.json has sliding_window=%d < max_position_embeddings=%d: imported with model.max_seq_len=%d "
+                 "(lab's attention sees its whole context, which the window then never cuts)", window, length, window)
+        length = window
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
-            "max_seq_len": config["max_position_embeddings"], "dropout": float(config.get("attention_dropout", 0.0)),
+            "n_kv_heads": config.get("num_key_value_heads") or H,  # grouped-query attention (Llama 3, Mistral)
+            "max_seq_len": length, "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
+            "rope_scaling": scaling,
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
 

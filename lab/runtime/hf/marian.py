@@ -10,7 +10,8 @@ LAYOUT = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared so
 def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
-              "norm_eps": 1e-5}  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
+              "norm_eps": 1e-5,  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
+              "n_kv_heads": cfg.n_heads}  # and one key/value head per query head
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ACTIVATION:
         missing.append("model.ffn=relu")  # or gelu
