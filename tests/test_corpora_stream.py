@@ -404,3 +404,74 @@ def test_ranks_of_many_nodes_read_disjoint_windows_of_the_shards_and_a_resume_re
     assert [sorted(s) for s in many] == [sorted(s) for s in single]  # the same windows, none read twice
     assert steps(4, 2, resumed_at=2)[2:] == many[2:]
     dm.trainer = None
+
+
+def published(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def write_corpus(tmp_path: Path, kind: str) -> tuple[str, dict]:
+    """One file of TEXT as plain text, gzip or JSON lines (a record per 7 lines) -> (its path, the corpus's settings)."""
+    if kind == "jsonl":
+        lines = TEXT.split("\n")
+        records = ["\n".join(lines[i : i + 7]) for i in range(0, len(lines), 7)]
+        (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in records))
+        return str(tmp_path / "a.jsonl"), {}
+    if kind == "gz":
+        with gzip.open(tmp_path / "a.txt.gz", "wt") as f:
+            f.write(TEXT)
+        return str(tmp_path / "a.txt.gz"), {}
+    (tmp_path / "a.txt").write_text(TEXT)
+    return str(tmp_path / "a.txt"), {}
+
+
+@pytest.mark.parametrize("kind", ["txt", "gz", "jsonl"])
+def test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes(tmp_path, monkeypatch, caplog, kind):
+    """One file, shards of 4 kB of ids: every split has several, and joined they are the one-shard build's
+    tokens with its counts. A preparation killed while writing its third train shard resumes after the second
+    (it tokenizes only the rest: the text of at most one shard and a chunk is tokenized twice) and publishes
+    exactly the bytes of the uninterrupted build: shards, manifest, tokenizer."""
+    small_chunks(monkeypatch, 997, 256)
+    path, corpus = write_corpus(tmp_path, kind)
+    given = {"val_fraction": 0.2, "test_fraction": 0.1, **corpus}
+
+    def build(name: str, shard_mb: float) -> LMDataModule:
+        dm = datamodule(tmp_path / name, [path], "char", **given)
+        dm.shard_bytes = shards.shard_bytes(shard_mb)
+        dm.setup()
+        return dm
+
+    whole, cut = build("whole", 1), build("cut", 0.004)
+    for split, facts in whole.meta["splits"].items():
+        ours = cut.meta["splits"][split]
+        assert len(facts["shards"]) == 1 and len(ours["shards"]) >= 3
+        assert {k: v for k, v in ours.items() if k != "shards"} == {k: v for k, v in facts.items() if k != "shards"}
+        joined = b"".join((cut._dir / s).read_bytes() for s in ours["shards"])
+        assert joined == (whole._dir / facts["shards"][0]).read_bytes()
+        assert max((cut._dir / s).stat().st_size for s in ours["shards"]) < 4000 + 2 * 997  # a shard and a chunk
+
+    tokenized = []
+    real_encode, real_cut = shards.Encoder.__call__, shards.FileShards.cut
+    monkeypatch.setattr(shards.Encoder, "__call__", lambda self, p: tokenized.append(len(ids := real_encode(self, p))) or ids)
+
+    def killed_at_the_third(self, *args):
+        if self.at["k"] == 2:
+            raise KeyboardInterrupt  # the third shard is half written
+        real_cut(self, *args)
+
+    monkeypatch.setattr(shards.FileShards, "cut", killed_at_the_third)
+    dm = datamodule(tmp_path / "resumed", [path], "char", **given)
+    dm.shard_bytes = shards.shard_bytes(0.004)
+    with pytest.raises(KeyboardInterrupt):
+        dm.prepare_data()
+    before, tokenized[:] = sum(tokenized), []
+    monkeypatch.setattr(shards.FileShards, "cut", real_cut)
+    with caplog.at_level("INFO", logger="lab"):
+        dm.setup()
+    eos = dm.vocab["eos_id"]
+    total = sum(f["tokens"] - f["documents"] for f in whole.meta["splits"].values())  # the encoder's ids (not EOS)
+    first_two = sum(int((np.fromfile(cut._dir / s, np.uint16) != eos).sum()) for s in cut.meta["splits"]["train"]["shards"][:2])
+    assert sum(tokenized) == total - first_two  # the resumed run tokenized only what the two shards do not hold
+    assert 2000 <= before + sum(tokenized) - total <= 2000 + 997  # what the kill cost: the third shard's ids
+    assert "after 2 of its shards: re-reading its first" in caplog.text
+    assert published(dm._dir) == published(cut._dir)

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
-from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, tokenizer_sample
+from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport
 from lab.data.sources.stream import content_hash
 from lab.data.tokenizers import hf_tokenizer_file, load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
@@ -60,6 +60,8 @@ class LMDataModule(L.LightningDataModule):
     eval_stride: the test pass scores every test token once in windows of block_size tokens moved by
     eval_stride (null: block_size // 2), so each scored token has at least block_size - eval_stride of context.
     verify: stat (the cache key is each file's name, size and modification time) | content (its bytes' hash).
+    shard_mb: MB of token ids per shard; a killed preparation re-does at most the shard being written (the file
+    is re-read, not re-tokenized, up to it). Part of the cache key (it changes the shards' layout, not the ids).
     tokenizer_from: a Hugging Face model directory whose tokenizer.json encodes the corpus instead of a trained
     one (fine-tuning an imported model: model.init_from=<the same dir>); tokenizer and vocab_size are then unused.
     """
@@ -80,6 +82,7 @@ class LMDataModule(L.LightningDataModule):
         eval_stride: int | None = None,
         verify: str = "stat",
         tokenizer_from: str | None = None,
+        shard_mb: float = 256,
     ):
         super().__init__()
         self.corpus, self.tokenizer_kind, self.vocab_size_setting = corpus, tokenizer, vocab_size
@@ -88,6 +91,7 @@ class LMDataModule(L.LightningDataModule):
         self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
         self.eval_stride, self.verify = eval_stride or max(1, block_size // 2), verify
         self.tokenizer_from = None if tokenizer_from is None else Path(tokenizer_from).expanduser()
+        self.shard_bytes = shard_bytes(shard_mb)
         self.tokenizer = None
         self._dir: Path | None = None
 
@@ -98,6 +102,7 @@ class LMDataModule(L.LightningDataModule):
         if self.tokenizer_from is not None:  # the given tokenizer's own bytes, not its directory's name
             given = content_hash(hf_tokenizer_file(self.tokenizer_from))
             key = f"{self.corpus.key(files, self.verify)}|from:{given}"
+        key += f"|shard_bytes:{self.shard_bytes}"
         return self.cache_dir / "lm" / hashlib.sha256(key.encode()).hexdigest()[:16], files
 
     def prepare_data(self) -> None:
@@ -117,7 +122,8 @@ class LMDataModule(L.LightningDataModule):
         settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
         if self.tokenizer_from is not None:
             settings = {"tokenizer_from": str(self.tokenizer_from)}
-        prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings)
+        settings["shard_bytes"] = self.shard_bytes
+        prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings, self.shard_bytes)
 
     def setup(self, stage: str | None = None) -> None:
         if self._dir is not None:

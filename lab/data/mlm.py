@@ -22,7 +22,7 @@ from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import write_once
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import FilePlan
-from lab.data.shards import MANIFEST, Progress, Shard, prepare, tokenizer_sample
+from lab.data.shards import MANIFEST, Progress, Shard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.sources.text import normalize_sentence
 from lab.data.tokenizers import load_or_train, tokenizer_from_json
@@ -95,6 +95,12 @@ class SegmentShard(Shard):
         self._pack(lines)
         self.doc["characters"] += sum(map(len, pieces))
         self.doc["bytes"] += sum(len(p.encode("utf-8")) for p in pieces)
+
+    def state(self) -> dict:  # the line and the segment being filled go on in the next shard
+        return {"line": self.line, "current": self.current, "doc": self.doc}
+
+    def restore(self, state: dict) -> None:
+        self.line, self.current, self.doc = state["line"], list(state["current"]), dict(state["doc"])
 
     def end_document(self) -> None:
         self._pack([self.line])
@@ -183,13 +189,15 @@ class MLMDataModule(L.LightningDataModule):
     eval_batches: validation batches, a sampled estimate (the shortest segments' batches first; null: all).
     The test pass scores every test segment once (masks fixed by the seed); without a test split, the val split.
     verify: stat (the cache key is each file's name, size and modification time) | content (its bytes' hash).
+    shard_mb: MB of segment ids per shard (lab.data.lm's LMDataModule: what a killed preparation re-does).
     """
     shards_batches = True  # BucketBatchSampler takes each rank's batches itself (see lab.train)
 
     def __init__(self, corpora: list, vocab_size: int = 8000, max_length: int = 64, batch_size: int = 64,
                  mask_prob: float = 0.15, replace_mask: float = 0.8, replace_random: float = 0.1,
                  bucketing: bool = True, eval_batches: int | None = 50, cache_dir: str = "~/.cache/lab",
-                 seed: int = 1337, num_workers: int = 0, tokenizer_sample_mb: float | None = 100, verify: str = "stat"):
+                 seed: int = 1337, num_workers: int = 0, tokenizer_sample_mb: float | None = 100, verify: str = "stat",
+                 shard_mb: float = 256):
         super().__init__()
         if not corpora:
             raise DataError("data.corpora is empty; give at least one corpus (e.g. the movie reviews or text_files)")
@@ -198,7 +206,7 @@ class MLMDataModule(L.LightningDataModule):
         self.masking = {"mask_prob": mask_prob, "replace_mask": replace_mask, "replace_random": replace_random}
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
-        self.verify, self.tokenizer = verify, None
+        self.verify, self.tokenizer, self.shard_bytes = verify, None, shard_bytes(shard_mb)
 
     def _plan(self) -> tuple[Path, Path, list[FilePlan], DataReport]:
         """-> (the prepared directory, the tokenizer's cache file, the files, what planning read)."""
@@ -209,7 +217,7 @@ class MLMDataModule(L.LightningDataModule):
             report.merge(read)
         tok_key = f"{'|'.join(keys)}|wordpiece|{self.vocab_size_setting}|{self.sample_bytes}"
         tok_file = self.cache_dir / "mlm" / f"tokenizer-{hashlib.sha256(tok_key.encode()).hexdigest()[:16]}.json"
-        key = hashlib.sha256(f"{tok_key}|segments|{self.max_length}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{tok_key}|segments|{self.max_length}|shard_bytes:{self.shard_bytes}".encode()).hexdigest()[:16]
         return self.cache_dir / "mlm" / key, tok_file, files, report
 
     def prepare_data(self) -> None:
@@ -222,8 +230,8 @@ class MLMDataModule(L.LightningDataModule):
             return tok
 
         settings = {"tokenizer": "wordpiece", "vocab_size": self.vocab_size_setting, "max_length": self.max_length,
-                    "tokenizer_sample_bytes": self.sample_bytes}
-        prepare(out, files, make_tokenizer, partial(SegmentShard, max_length=self.max_length), settings)
+                    "tokenizer_sample_bytes": self.sample_bytes, "shard_bytes": self.shard_bytes}
+        prepare(out, files, make_tokenizer, partial(SegmentShard, max_length=self.max_length), settings, self.shard_bytes)
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokenizer is not None:

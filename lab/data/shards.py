@@ -2,14 +2,19 @@
 
 Preparation streams every file once (lab.data.sources.stream), cuts the decoded text where pre-tokenization splits
 anyway (so the ids are exactly those of the whole text), tokenizes the pieces with `tokenizers`' batch
-encoding (all cores), and appends the ids to one shard per file and split: `<split>-<file index>.bin`, uint16
-(or uint32 for a vocabulary of 65,536 or more), documents separated by the end-of-text id.
+encoding (all cores), and appends the ids to shards of about data.shard_mb MB each, per file and split:
+`<split>-<file index>-<shard index>.bin`, uint16 (or uint32 for a vocabulary of 65,536 or more), documents
+separated by the end-of-text id (a document may go on in the next shard: readers see a split's shards as one
+sequence).
 
 It happens in a build directory named by the corpus key, under a lock: a shard is written under a temporary
-name and renamed when its file is done, then a `done/<index>.json` records the file's counts, so a killed
-preparation continues with the first unfinished file (a half-written shard is never trusted). When every
-file is done, manifest.json is written and the directory renamed to its final name (the marker every reader
-checks). Training memory-maps the shards (ShardedTokens): nothing of the corpus is held in memory.
+name and renamed when it is full (at the end of a chunk of the reading), then `done/<file>.partial.json` records
+where the reading stopped (the chunk index, the text carried over, the document in progress), so a killed
+preparation re-reads the file up to there without tokenizing it and goes on with the next shard: what a kill
+costs is the shard being written (a half-written shard is never trusted). When a file is done, `done/<file>.json`
+records its counts; when every file is done, manifest.json is written and the directory renamed to its final
+name (the marker every reader checks). Training memory-maps the shards (ShardedTokens): nothing of the corpus
+is held in memory.
 """
 from __future__ import annotations
 
@@ -48,6 +53,14 @@ def dtype_for(vocab_size: int) -> np.dtype:
         raise DataError(f"a vocabulary of {vocab_size} tokens does not fit the uint32 token shards; choose "
                         "data.vocab_size below 4294967296")
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
+
+
+def shard_bytes(shard_mb: float) -> int:
+    """data.shard_mb -> bytes of ids per shard: how much a killed preparation re-does at most (one shard per
+    split of the file being read), and the unit the readers memory-map."""
+    if not shard_mb > 0:
+        raise DataError(f"data.shard_mb={shard_mb} must be a positive number of MB (e.g. data.shard_mb=256)")
+    return max(1, int(shard_mb * 1e6))
 
 
 def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]:
@@ -121,7 +134,9 @@ def no_space(directory: Path, needed: int) -> DataError:
 class Shard:
     """One split's shard of a file being written: its files (one per suffix) under temporary names until
     publish(), so a killed preparation leaves nothing a later run would trust. Subclasses say what a document
-    becomes: write(pieces) takes the next pieces of the current document's text, end_document() ends it."""
+    becomes: write(pieces) takes the next pieces of the current document's text, end_document() ends it;
+    state() is what of a document in progress goes on in the next shard of the split (restore() takes it), as
+    JSON, so the shards concatenated are what one shard would hold."""
 
     suffixes = (".bin",)
 
@@ -143,13 +158,29 @@ class Shard:
         for f in self.files.values():
             f.close()
 
-    def publish(self) -> None:
-        """Give the finished files their names (a shard without tokens is removed)."""
+    def size(self) -> int:
+        """Bytes of ids written so far."""
+        return self.f.tell()
+
+    def can_cut(self) -> bool:
+        """Whether the next shard may take over here."""
+        return True
+
+    def state(self) -> dict:
+        return {}
+
+    def restore(self, state: dict) -> None:
+        pass
+
+    def publish(self) -> str | None:
+        """Give the closed files their names -> the .bin's name (a shard without ids is removed: None)."""
+        empty = self._tmp(".bin").stat().st_size == 0
         for s in self.suffixes:
-            if self.facts["tokens"]:
-                self._tmp(s).rename(self.stem.with_name(self.stem.name + s))
-            else:
+            if empty:
                 self._tmp(s).unlink()
+            else:
+                self._tmp(s).rename(self.stem.with_name(self.stem.name + s))
+        return None if empty else self.stem.name + ".bin"
 
 
 class TokenShard(Shard):
@@ -172,6 +203,15 @@ class TokenShard(Shard):
         self.blank = self.blank and not any(p.strip() for p in pieces)
         self.progress.add(0, len(ids))
 
+    def can_cut(self) -> bool:  # not inside a document that is whitespace so far (it may yet be removed)
+        return not self.blank or self.f.tell() == self.start
+
+    def state(self) -> dict:
+        return {"doc": self.doc, "blank": self.blank}
+
+    def restore(self, state: dict) -> None:
+        self.doc, self.blank = dict(state["doc"]), state["blank"]
+
     def end_document(self) -> None:
         if self.blank:  # whitespace only: no document (an empty file is skipped, and said)
             self.f.seek(self.start)
@@ -190,44 +230,110 @@ class TokenShard(Shard):
 NewShard = Callable[[Path, object, np.dtype, Progress], Shard]  # (stem, tokenizer, dtype, progress) -> a shard
 
 
+class FileShards:
+    """One file's shards being written, one open per split it feeds, and its resume record: `cut()` publishes
+    the open shards, records where the reading is (`done/<file>.partial.json`) and opens the next ones, which
+    take over the documents in progress."""
+
+    def __init__(self, index: int, plan: FilePlan, stat: Stat, new_shard: NewShard, tok, dtype: np.dtype,
+                 build: Path, progress: Progress):
+        self.stat = stat  # the file as it was when its reading began: checked before any shard is published
+        self.make = lambda k, s: new_shard(build / f"{s}-{index:05d}-{k:05d}", tok, dtype, progress)
+        self.record = build / "done" / f"{index:05d}.partial.json"
+        splits = dict.fromkeys(plan.splits)
+        # where the reading goes on: the index of the next item of documents_of, the part, the text carried
+        self.at = {"next": 0, "part": 0, "carry": "", "characters": 0, "k": 0,
+                   "shards": {s: [] for s in splits}, "facts": {s: {} for s in splits}, "open": {}}
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            self.at = json.loads(self.record.read_text())
+        self.outs = self._open()
+
+    def _open(self) -> dict[str, Shard]:
+        outs = {}
+        for s in self.at["shards"]:
+            outs[s] = self.make(self.at["k"], s)
+            if s in self.at["open"]:
+                outs[s].restore(self.at["open"][s])
+        return outs
+
+    def _close(self) -> None:
+        """Sync, close and publish the open shards; their counts go to the file's."""
+        for shard in self.outs.values():
+            shard.sync()
+            shard.close()
+        self.stat.check_unchanged()
+        for s, shard in self.outs.items():
+            name = shard.publish()
+            self.at["shards"][s] += [name] if name else []
+            for key, v in shard.facts.items():
+                self.at["facts"][s][key] = self.at["facts"][s].get(key, 0) + v
+
+    def cut(self, next_item: int, part: int, carry: str, characters: int) -> None:
+        """The open shards are done: publish them and record that the reading goes on at item next_item."""
+        carried = {s: shard.state() for s, shard in self.outs.items()}
+        self._close()
+        self.at.update(next=next_item, part=part, carry=carry, characters=characters, k=self.at["k"] + 1, open=carried)
+        tmp = self.record.with_name(f".{self.record.name}.tmp")
+        tmp.write_text(json.dumps(self.at))
+        tmp.rename(self.record)
+        self.outs = self._open()
+
+    def finish(self) -> tuple[dict[str, list[str]], dict[str, dict]]:
+        """The file is read: publish its last shards -> (per split: its shards' names, its counts)."""
+        self._close()
+        return {s: self.at["shards"][s] for s in self.outs}, {s: self.at["facts"][s] for s in self.outs}
+
+    def close(self) -> None:
+        for shard in self.outs.values():
+            shard.close()
+
+
 def _prepare_file(index: int, plan: FilePlan, new_shard: NewShard, tok, dtype: np.dtype, build: Path,
-                  progress: Progress) -> dict:
-    """Stream one file into its shards (one per split it feeds) -> its done record."""
+                  progress: Progress, shard_bytes: int) -> dict:
+    """Stream one file into its shards (per split it feeds, a new one after about shard_bytes of ids) -> its
+    done record. A file with a resume record is read again from its start without tokenizing (decompressing,
+    decoding, parsing: what rebuilds the reading's state and report exactly) up to the recorded item, then
+    tokenized from there."""
     stat, report = Stat.of(plan.path), DataReport()
     text_hash = hashlib.sha256()
-    outs: dict[str, Shard] = {}
+    out = None
     try:
-        for split in set(plan.splits):
-            outs[split] = new_shard(build / f"{split}-{index:05d}", tok, dtype, progress)
-        current, carry = 0, ""
-        for part, text in documents_of(plan, report, plan.cuts):
+        out = FileShards(index, plan, stat, new_shard, tok, dtype, build, progress)
+        skip, current, carry, read = out.at["next"], out.at["part"], out.at["carry"], out.at["characters"]
+        if skip:
+            log.info("data: resuming %s after %d of its shards: re-reading its first %s characters without "
+                     "tokenizing them", plan.path, sum(map(len, out.at["shards"].values())), f"{read:,}")
+        for item, (part, text) in enumerate(documents_of(plan, report, plan.cuts)):
+            if text is not None:
+                text_hash.update(text.encode("utf-8", "surrogatepass"))
+            if item < skip:
+                continue
+            shard = out.outs[plan.splits[current]]
+            if shard.size() >= shard_bytes and shard.can_cut():
+                out.cut(item, current, carry, read)
             if part != current or text is None:  # a document ends: the file's part, or a record
-                outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
-                outs[plan.splits[current]].end_document()
+                out.outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+                out.outs[plan.splits[current]].end_document()
                 current, carry = part, ""
                 if text is None:
                     continue
-            text_hash.update(text.encode("utf-8", "surrogatepass"))
             pieces, carry = safe_cuts(carry + text, PIECE)
-            outs[plan.splits[current]].write([normalize_document(p) for p in pieces])
+            out.outs[plan.splits[current]].write([normalize_document(p) for p in pieces])
+            read += len(text)
             progress.add(len(text), 0)
-        outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
-        outs[plan.splits[current]].end_document()
-        for shard in outs.values():
-            shard.sync()
+        out.outs[plan.splits[current]].write([normalize_document(carry)] if carry else [])
+        out.outs[plan.splits[current]].end_document()
+        names, facts = out.finish()
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise no_space(build, Stat.of(plan.path).size * 2 * dtype.itemsize) from e
         raise DataError(f"cannot prepare {plan.path}: {e}") from e
     finally:
-        for shard in outs.values():
-            shard.close()
-    record = {"name": plan.name, "field": plan.field, "splits": {s: shard.facts for s, shard in outs.items()}}
-    stat.check_unchanged()
-    if not any(s["documents"] for s in record["splits"].values()):
+        if out is not None:
+            out.close()
+    record = {"name": plan.name, "field": plan.field, "splits": facts, "shards": names}
+    if not any(s.get("documents") for s in facts.values()):
         report.note("skipped", plan.field, "empty files", str(plan.path))
-    for shard in outs.values():
-        shard.publish()
     record["hash"], record["report"] = text_hash.hexdigest(), report.to_dict()
     return record
 
@@ -245,10 +351,10 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], object], new_shard: NewShard,
-            settings: dict) -> None:
+            settings: dict, shard_bytes: int) -> None:
     """Build `out` (the published directory: manifest.json, tokenizer.json, shards) unless it exists.
     make_tokenizer(path) trains (or loads) the tokenizer cached at path; new_shard makes each file's shards
-    (TokenShard for the LM, lab.data.mlm's SegmentShard for the MLM)."""
+    (TokenShard for the LM, lab.data.mlm's SegmentShard for the MLM), a new one every shard_bytes of ids."""
     if (out / MANIFEST).exists():
         return
     with locked(out.parent / f".{out.name}.lock"):
@@ -267,11 +373,12 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
         todo = [i for i in range(len(files)) if i not in records]
         progress = Progress(sum(Stat.of(files[i].path).size for i in todo))
         for i in todo:
-            records[i] = _prepare_file(i, files[i], new_shard, tok, dtype, build, progress)
+            records[i] = _prepare_file(i, files[i], new_shard, tok, dtype, build, progress, shard_bytes)
             progress.file_done(Stat.of(files[i].path).size)
             done = build / "done" / f".{i:05d}.json.tmp"
             done.write_text(json.dumps(records[i]))
             done.rename(build / "done" / f"{i:05d}.json")
+            (build / "done" / f"{i:05d}.partial.json").unlink(missing_ok=True)
         progress.finish()
         manifest = _manifest(files, [records[i] for i in range(len(files))], tok.vocab_size, dtype, settings)
         shutil.rmtree(build / "done")
@@ -303,7 +410,8 @@ def _manifest(files: list[FilePlan], records: list[dict], vocab_size: int, dtype
                    if s in records[i]["splits"] and (s, i) in keep and records[i]["splits"][s]["tokens"]]
         if entries or s != "test":
             facts = dict.fromkeys(("documents", "characters", "tokens", "bytes", *(k for _, _, e in entries for k in e)))
-            splits[s] = {"shards": [f"{s}-{i:05d}.bin" for i, _, _ in entries], "names": [n for _, n, _ in entries],
+            splits[s] = {"shards": [n for i, _, _ in entries for n in records[i]["shards"][s]],
+                         "names": [n for _, n, _ in entries],
                          **{k: sum(e[k] for _, _, e in entries) for k in facts}}
     return {"vocab_size": vocab_size, "dtype": dtype.name, "settings": settings, "splits": splits,
             "report": report.to_dict()}
