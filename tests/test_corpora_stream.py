@@ -15,7 +15,7 @@ import torch
 import lab.data.shards as shards
 import lab.data.sources.stream as stream
 from lab.data.corpora import TextFiles
-from lab.data.lm import EOS, LMDataModule
+from lab.data.lm import EOS, LMDataModule, RandomWindows
 from lab.data.shards import FullPassWindows, ShardedTokens
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.tokenizers import train_tokenizer
@@ -475,3 +475,29 @@ def test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_b
     assert 2000 <= before + sum(tokenized) - total <= 2000 + 997  # what the kill cost: the third shard's ids
     assert "after 2 of its shards: re-reading its first" in caplog.text
     assert published(dm._dir) == published(cut._dir)
+
+
+def test_training_and_full_pass_windows_over_many_shards_are_those_over_one(tmp_path, monkeypatch):
+    """The same corpus in one shard per split and in shards of 2 kB of ids: the training windows (random starts)
+    and the test pass's windows are equal, tensor for tensor, and many of them cross a shard boundary (a
+    reader that started each shard's windows afresh, or dropped a token at a boundary, would differ there)."""
+    small_chunks(monkeypatch, 499, 128)  # shards are cut at the end of a chunk of the reading
+    (tmp_path / "a.txt").write_text(TEXT)
+    built = []
+    for name, shard_mb in (("one", 1), ("many", 0.002)):
+        dm = datamodule(tmp_path / name, [str(tmp_path / "a.txt")], "char", val_fraction=0.2, test_fraction=0.1)
+        dm.shard_bytes, dm.eval_stride = shards.shard_bytes(shard_mb), 5
+        dm.setup()
+        built.append(dm)
+    one, many = built
+    assert len(many.train_tokens.maps) > 10 and len(many.test_tokens.maps) > 1 and len(one.train_tokens.maps) == 1
+    for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        ours, theirs = list(getattr(many, loader)()), list(getattr(one, loader)())
+        assert len(ours) == len(theirs) > 0
+        for (x, y), (x1, y1) in zip(ours, theirs):
+            assert torch.equal(x, x1) and torch.equal(y, y1)
+    starts, T = many.train_tokens.starts[1:-1], many.block_size
+    windows = RandomWindows(many.train_tokens, T, many.seed, len(many.train_dataloader().dataset))
+    crossing = sum(any(s < b <= s + T for b in starts) for s in
+                   (int(np.random.default_rng((many.seed, i)).integers(0, len(many.train_tokens) - T - 1)) for i in range(len(windows))))
+    assert crossing >= 3

@@ -3,6 +3,8 @@ of a naive per-line pack of each whole document, every test segment is scored on
 and a corpus that only loads Documents is streamed too."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -146,3 +148,41 @@ def test_mlm_ranks_take_disjoint_batches_and_a_resumed_loader_continues_with_the
     for r in range(2):
         assert batches(2, r, step=3, accum=2) == per_rank[r][6:]
     dm.trainer = None
+
+
+def test_segments_in_many_shards_and_a_resume_inside_the_file_are_the_one_shard_segments(tmp_path, monkeypatch):
+    """Shards of 1 kB of ids cut a file's segments anywhere (the line and the segment being filled go on in the
+    next shard): the segments and counts are those of one shard per split; a preparation killed while writing
+    its third shard resumes inside the file and publishes the uninterrupted build's bytes. (One cache, so one
+    WordPiece tokenizer: `tokenizers`' WordPieceTrainer numbers the ## alphabet in a different order each time.)"""
+    monkeypatch.setattr(stream, "CHUNK", 499)
+    monkeypatch.setattr(shards, "PIECE", 128)
+    (tmp_path / "a.txt").write_text(TEXT)
+    corpus = [TextFiles([str(tmp_path / "a.txt")], val_fraction=0.2, test_fraction=0.2)]
+    one, many = datamodule(tmp_path, corpus, shard_mb=1), datamodule(tmp_path, corpus, shard_mb=0.001)
+    one.setup()
+    many.setup()
+    meta = [json.loads(Path(dm.report["prepared"], "manifest.json").read_text())["splits"] for dm in (one, many)]
+    for split, segments in one.datasets.items():
+        assert len(meta[0][split]["shards"]) == 1 and len(meta[1][split]["shards"]) >= 2
+        assert [m.pop("shards") for m in (meta[0][split], meta[1][split])] and meta[0][split] == meta[1][split]
+        assert [many.datasets[split][i] for i in range(len(segments))] == [segments[i] for i in range(len(segments))]
+
+    real_cut = shards.FileShards.cut
+
+    def killed_at_the_third(self, *args):
+        if self.at["k"] == 2:
+            raise KeyboardInterrupt
+        real_cut(self, *args)
+
+    monkeypatch.setattr(shards.FileShards, "cut", killed_at_the_third)
+    prepared = Path(many.report["prepared"])
+    uninterrupted = {p.name: p.read_bytes() for p in sorted(prepared.iterdir())}
+    shutil.rmtree(prepared)  # prepared again, by a preparation that is killed, then resumed
+    resumed = datamodule(tmp_path, corpus, shard_mb=0.001)
+    with pytest.raises(KeyboardInterrupt):
+        resumed.prepare_data()
+    assert (prepared.parent / f".build-{prepared.name}" / "done" / "00000.partial.json").exists()
+    monkeypatch.setattr(shards.FileShards, "cut", real_cut)
+    resumed.setup()
+    assert {p.name: p.read_bytes() for p in sorted(prepared.iterdir())} == uninterrupted
