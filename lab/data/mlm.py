@@ -3,7 +3,8 @@
 10% -> a random token, 10% unchanged. Special tokens and padding are never chosen.
 
 The corpora are streamed into shards once (lab.data.shards, as the LM's): each document's lines packed into
-segments, their ids in `<split>-<file>.bin` and where each segment starts in `.idx`; training memory-maps them.
+segments, their ids in `<split>-<file>-<shard>.bin` and where each segment starts in `.idx`; training memory-maps
+them. A segment never straddles two shards; a document may (the line and the segment being filled go on).
 """
 from __future__ import annotations
 

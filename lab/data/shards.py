@@ -128,7 +128,7 @@ class Encoder:
 def no_space(directory: Path, needed: int) -> DataError:
     return DataError(f"no space left on the disk of {directory} while writing token shards (about {needed / 1e9:.1f} GB "
                      f"more needed); free space there or set paths.cache_dir= to a disk with room, then run again "
-                     "(finished files are kept)")
+                     "(finished shards are kept)")
 
 
 class Shard:
@@ -303,11 +303,15 @@ def _prepare_file(index: int, plan: FilePlan, new_shard: NewShard, tok, dtype: n
         if skip:
             log.info("data: resuming %s after %d of its shards: re-reading its first %s characters without "
                      "tokenizing them", plan.path, sum(map(len, out.at["shards"].values())), f"{read:,}")
+        began = time.monotonic()
         for item, (part, text) in enumerate(documents_of(plan, report, plan.cuts)):
             if text is not None:
                 text_hash.update(text.encode("utf-8", "surrogatepass"))
             if item < skip:
                 continue
+            if item == skip and skip:
+                log.info("data: re-read %s up to its last finished shard in %.1f s; tokenizing on from there",
+                         plan.path, time.monotonic() - began)
             shard = out.outs[plan.splits[current]]
             if shard.size() >= shard_bytes and shard.can_cut():
                 out.cut(item, current, carry, read)
