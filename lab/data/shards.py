@@ -303,6 +303,8 @@ def _prepare_file(index: int, plan: FilePlan, new_shard: NewShard, tok, dtype: n
         if skip:
             log.info("data: resuming %s after %d of its shards: re-reading its first %s characters without "
                      "tokenizing them", plan.path, sum(map(len, out.at["shards"].values())), f"{read:,}")
+            finished = [n for names in out.at["shards"].values() for n in names]  # their ids count as this file's
+            progress.add(0, sum((build / n).stat().st_size for n in finished) // dtype.itemsize)
         began = time.monotonic()
         for item, (part, text) in enumerate(documents_of(plan, report, plan.cuts)):
             if text is not None:
