@@ -181,6 +181,13 @@ def test_a_full_disk_names_the_directory_and_space(tmp_path, monkeypatch):
         datamodule(tmp_path, [str(tmp_path / "a.txt")], "char").prepare_data()
 
 
+def test_a_shard_size_that_is_not_positive_is_refused():
+    assert shards.shard_bytes(0.5) == 500_000
+    for bad in (0, -1):
+        with pytest.raises(DataError, match=rf"data.shard_mb={bad} must be a positive number of MB"):
+            LMDataModule(TextFiles(["a.txt"]), shard_mb=bad)
+
+
 def test_vocabulary_too_large_for_the_shards_is_refused():
     assert shards.dtype_for(2**16) == np.uint16 and shards.dtype_for(2**16 + 1) == np.uint32
     with pytest.raises(DataError, match="does not fit the uint32 token shards"):
