@@ -274,7 +274,15 @@ class FileShards:
         self._close()
         self.at.update(next=next_item, part=part, carry=carry, characters=characters, k=self.at["k"] + 1, open=carried)
         tmp = self.record.with_name(f".{self.record.name}.tmp")
-        tmp.write_text(json.dumps(self.at))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(self.at))
+            f.flush()
+            os.fsync(f.fileno())
+        directory = os.open(self.record.parent.parent, os.O_RDONLY)  # the shards' new names reach the disk first
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
         tmp.rename(self.record)
         self.outs = self._open()
 
