@@ -307,6 +307,33 @@ def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
         init_from(gpt, str(bert), {})
 
 
+def test_init_from_a_qwen3_names_overrides_that_work_pasted(bpe, tmp_path):
+    """The hint, applied to the run's model config (null head_dim / n_kv_heads / d_ff / norm_eps resolve anew from
+    the pasted d_model, n_heads, ffn, norm), builds the directory's model: the head width is named although it
+    equals this model's (32 / 2 = 16), since 16 is not the 64 / 2 that null would give after the paste."""
+    from omegaconf import OmegaConf
+
+    from lab.models.gpt import GPT
+    from lab.runtime.hf.importing import init_from
+
+    hf = _randomised(transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=bpe.vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, intermediate_size=48, max_position_embeddings=64)))
+    out = _save(hf, bpe, tmp_path / "qwen3")
+    run = dict(d_model=32, n_layers=1, n_heads=2, max_seq_len=64, head_dim=None, n_kv_heads=None, d_ff=None,
+               norm_eps=None)  # conf/model/gpt.yaml's nulls
+    with pytest.raises(LabError) as e:
+        init_from(GPT(bpe.vocab_size, **run), str(out), {})
+    hints = str(e.value).split("; add ")[1].split()
+    assert "model.head_dim=16" in hints and "model.qk_norm=true" in hints
+    pasted = OmegaConf.to_container(OmegaConf.from_dotlist(hints))["model"]  # as Hydra reads the overrides
+    model = GPT(bpe.vocab_size, **{**run, **pasted})
+    init_from(model, str(out), {})
+    ids = torch.randint(0, bpe.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids), hf(ids).logits, atol=1e-4, rtol=0)
+
+
 @pytest.mark.slow  # a training run (lab.train in a subprocess)
 def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
     """model.init_from=<BERT dir> through lab.train, the overrides as the refusal names them: the encoder is
