@@ -287,11 +287,12 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
     ({**GPT2_LAYOUT, "n_kv_heads": 2}, "nearest: GPT2LMHeadModel, which needs model.n_kv_heads=4."),
+    ({**GPT2_LAYOUT, "head_dim": 16}, "nearest: GPT2LMHeadModel, which needs model.head_dim=8."),
     # QK-norm is kept: Qwen3 computes it (dropping it would be a bigger change than the layout's settings)
     ({**GPT2_LAYOUT, "qk_norm": True}, "nearest: Qwen3ForCausalLM, which needs model.positions=rotary "
                                        "model.norm=rmsnorm model.ffn=swiglu model.bias=false."),
 ], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
-        "grouped-query-gpt2", "qk-norm-gpt2"])
+        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 
