@@ -191,6 +191,14 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         assert load(out).model.cfg.rope_scaling == imported.model.cfg.rope_scaling is not None
     if name.startswith("qwen3"):
         assert (imported.hf_class, imported.model.cfg.head_dim, imported.model.cfg.qk_norm) == ("Qwen3ForCausalLM", 16, True)
+    if name == "qwen3":  # the released config.json form (Qwen3-0.6B's keys): a window that use_sliding_window turns off
+        config = json.loads((out / "config.json").read_text())
+        rope = config.pop("rope_parameters")
+        config |= {"rope_theta": rope["rope_theta"], "rope_scaling": None, "sliding_window": 4,
+                   "use_sliding_window": False, "max_window_layers": 1, "torch_dtype": "bfloat16"}
+        del config["layer_types"]
+        (out / "config.json").write_text(json.dumps(config))
+        _compare(out, (ids,), hf)
     if name.endswith("-window"):
         assert imported.model.cfg.max_seq_len == 16
         assert "sliding_window=16 < max_position_embeddings=64: imported with model.max_seq_len=16" in caplog.text
