@@ -1,6 +1,6 @@
 """One-line bugs in the Hugging Face conversion (lab/runtime/hf), the settings imported models need (grouped-query
-attention) and the fine-tuning options that the export, import, attention and pipeline tests must kill, for the
-mutation script (tests/mutants.py)."""
+attention, head_dim, QK-norm) and the fine-tuning options that the export, import, attention and pipeline tests
+must kill, for the mutation script (tests/mutants.py)."""
 from __future__ import annotations
 
 PIPELINES = "tests/test_export_pipelines.py"
@@ -81,6 +81,25 @@ MUTANTS = [
     ("MLM head keeps PyTorch's layer norm epsilon", "lab/models/encoder.py",
      'eps = cfg.norm_eps if cfg.norm == "layernorm" else 1e-5', "eps = 1e-5",
      ["tests/test_export.py::test_bert_logits_equal_lab_with_padding"]),
+    ("Qwen3 mapping leaves the q_norm gains in lab's rotary pair order", "lab/runtime/hf/qwen3.py",
+     's[p + "q_norm.weight"] = llama.rotary_to_half(attn.q_norm.weight, 1)', 's[p + "q_norm.weight"] = attn.q_norm.weight',
+     [f"{IMPORT}::test_a_transformers_lm_imports_with_its_logits"]),
+    ("Qwen3 import takes a sliding_window that use_sliding_window turns off", "lab/runtime/hf/qwen3.py",
+     'if not config.get("use_sliding_window", False) or config.get("sliding_window") is None:',
+     'if config.get("sliding_window") is None:',
+     [f"{IMPORT}::test_a_transformers_lm_imports_with_its_logits"]),
+    ("QK-norm keeps its 1e-6 epsilon under an rmsnorm model's norm_eps", "lab/nn/blocks.py",
+     'eps = cfg.norm_eps if cfg.norm == "rmsnorm" else 1e-6', "eps = 1e-6",
+     ["tests/test_export.py::test_logits_equal_lab_on_random_inputs"]),
+    ("head_dim ignored by rotary (d_model / n_heads)", "lab/nn/blocks.py",
+     "RotaryEmbedding(cfg.head_dim, cfg.max_seq_len,", "RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.max_seq_len,",
+     ["tests/test_attention.py::test_grouped_query_kv_cache_decoding_equals_recomputation"]),
+    ("init_from's hint omits a derived setting equal to the model's (head_dim that null would re-derive)",
+     "lab/runtime/hf/importing.py", "if k in changed or (changed and k in DERIVED and anew(k))]", "if k in changed]",
+     [f"{IMPORT}::test_init_from_a_qwen3_names_overrides_that_work_pasted"]),
+    ("GPT-2 export takes heads of another head_dim (its attention splits d_model by n_heads)", "lab/runtime/hf/gpt2.py",
+     '"head_dim": cfg.d_model // cfg.n_heads}', '"head_dim": cfg.head_dim}',
+     ["tests/test_export.py::test_a_layout_no_class_reproduces_is_refused_naming_the_fields"]),
     ("finetune head_lr ignored", "lab/tasks/base.py",
      '[{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]', '[{**g, "params": head(g)} for g in groups]',
      ["tests/test_finetune.py"]),

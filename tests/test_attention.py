@@ -97,17 +97,19 @@ def test_rotary_scores_depend_only_on_relative_offset():
 # ---------------------------------------------------------------------------------------- grouped-query attention
 
 
-@pytest.mark.parametrize("n_kv_heads", [2, 1], ids=["gqa-2-of-4", "mqa"])
-def test_grouped_query_attention_equals_a_naive_loop(n_kv_heads):
+@pytest.mark.parametrize(("n_kv_heads", "hd"), [(2, 8), (1, 8), (2, 12)], ids=["gqa-2-of-4", "mqa", "head-dim-12"])
+def test_grouped_query_attention_equals_a_naive_loop(n_kv_heads, hd):
     """Query head h reads key/value head h // (n_heads / n_kv_heads) (Llama's repeat_kv), under the causal mask and
-    a padding mask; the reference is a loop over batch rows, heads and query positions."""
+    a padding mask; the reference is a loop over batch rows, heads and query positions. head-dim-12: heads wider
+    than d_model / n_heads (Qwen3's head_dim), queries 4 x 12 = 48 wide, the output projected back to 32."""
     from lab.nn.attention import MultiHeadAttention
 
     torch.manual_seed(0)
-    D, H, hd, T = 32, 4, 8, 7
+    D, H, T = 32, 4, 7
     rope = RotaryEmbedding(hd, 16)
-    attn = MultiHeadAttention(D, H, bias=True, rotary=rope, n_kv_heads=n_kv_heads).eval()
-    assert attn.qkv_proj.weight.shape == (D + 2 * n_kv_heads * hd, D)
+    attn = MultiHeadAttention(D, H, bias=True, rotary=rope, n_kv_heads=n_kv_heads, head_dim=hd).eval()
+    assert attn.qkv_proj.weight.shape == (H * hd + 2 * n_kv_heads * hd, D)
+    assert attn.out_proj.weight.shape == (D, H * hd)
     with torch.no_grad():
         attn.qkv_proj.bias.normal_()
     x = torch.randn(2, T, D)
@@ -115,9 +117,10 @@ def test_grouped_query_attention_equals_a_naive_loop(n_kv_heads):
     with torch.no_grad():
         ours = attn(x, mask=real[:, None, None, :], is_causal=True)
         proj = x @ attn.qkv_proj.weight.T + attn.qkv_proj.bias
-        q = proj[..., :D].reshape(2, T, H, hd).transpose(1, 2)
-        k = proj[..., D : D + n_kv_heads * hd].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
-        v = proj[..., D + n_kv_heads * hd :].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
+        Q = H * hd
+        q = proj[..., :Q].reshape(2, T, H, hd).transpose(1, 2)
+        k = proj[..., Q : Q + n_kv_heads * hd].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
+        v = proj[..., Q + n_kv_heads * hd :].reshape(2, T, n_kv_heads, hd).transpose(1, 2)
         q, k = rope(q), rope(k)
         heads = torch.zeros(2, T, H, hd)
         for b in range(2):
@@ -127,18 +130,21 @@ def test_grouped_query_attention_equals_a_naive_loop(n_kv_heads):
                     keys = [j for j in range(i + 1) if real[b, j]]
                     w = torch.softmax(torch.stack([q[b, h, i] @ k[b, kv, j] for j in keys]) / math.sqrt(hd), 0)
                     heads[b, i, h] = sum(wj * v[b, kv, j] for wj, j in zip(w, keys))
-        expected = heads.reshape(2, T, D) @ attn.out_proj.weight.T + attn.out_proj.bias
+        expected = heads.reshape(2, T, H * hd) @ attn.out_proj.weight.T + attn.out_proj.bias
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
 
 
-def test_grouped_query_kv_cache_decoding_equals_recomputation():
+@pytest.mark.parametrize("head_dim", [None, 12], ids=["head-dim-8", "head-dim-12"])
+def test_grouped_query_kv_cache_decoding_equals_recomputation(head_dim):
     """A GQA model (rotary, qk_norm) caches n_kv_heads heads per layer; cached steps, and greedy generation past
-    the context window (the cache rebuilt), equal recomputing from scratch."""
+    the context window (the cache rebuilt), equal recomputing from scratch. head-dim-12: heads of model.head_dim,
+    not d_model / n_heads = 8 (Qwen3), in the cache, rotary and qk_norm."""
     from lab.models.decoding import generate
 
-    model = tiny_gpt(positions="rotary", qk_norm=True, n_kv_heads=2)
+    model = tiny_gpt(positions="rotary", qk_norm=True, n_kv_heads=2, head_dim=head_dim)
     caches = model.new_caches(3)
-    assert caches[0].k.shape == (3, 2, 32, 8)
+    assert caches[0].k.shape == (3, 2, 32, head_dim or 8)
+    assert model.decoder.layers[0].self_attn.q_norm.weight.shape == (head_dim or 8,)
     ids = torch.randint(0, 50, (3, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         steps = [model(ids[:, :5], caches)] + [model(ids[:, t : t + 1], caches) for t in range(5, 20)]
@@ -155,3 +161,15 @@ def test_n_kv_heads_must_divide_n_heads():
     with pytest.raises(ConfigError, match=r"model.n_kv_heads=3 does not divide model.n_heads=4; pick n_kv_heads "
                                           r"among \[1, 2, 4\]"):
         TransformerConfig(n_heads=4, n_kv_heads=3)
+
+
+def test_head_dim_is_d_model_over_n_heads_unless_set():
+    from lab.nn import ConfigError
+
+    assert TransformerConfig(d_model=32, n_heads=4).head_dim == 8
+    assert TransformerConfig(d_model=30, n_heads=4, head_dim=16).head_dim == 16  # then n_heads need not divide d_model
+    with pytest.raises(ConfigError, match=r"model.head_dim must be a positive integer or null \(d_model // n_heads\), "
+                                          "got 0"):
+        TransformerConfig(head_dim=0)
+    with pytest.raises(ConfigError, match="rotary positions need an even head size, got model.head_dim=7"):
+        TransformerConfig(head_dim=7, positions="rotary")

@@ -71,6 +71,7 @@ CASES = {
     "heads-do-not-divide-width": (["model.n_heads=3"], "is not divisible by model.n_heads=3"),
     "kv-heads-do-not-divide-heads": (["model.n_kv_heads=3"], "model.n_kv_heads=3 does not divide model.n_heads=4; pick "
                                                             "n_kv_heads among [1, 2, 4]"),
+    "head-dim-zero": (["model.head_dim=0"], "model.head_dim=0 must be"),
     "layers-zero": (["model.n_layers=0"], "model.n_layers=0 must be"),
     "missing-required-value": (["task.optimizer.lr=???"], "task.optimizer.lr is required but not set"),
     # the experiment needs a checkpoint that its parent experiment's model config sets to null (??? could not

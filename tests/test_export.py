@@ -64,6 +64,14 @@ CASES = {
     "llama-bpe-gqa-bias": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "n_kv_heads": 2, "bias": True}),
     "mixtral-char-mqa": ("MixtralForCausalLM", "char", {**LLAMA_LAYOUT, "n_kv_heads": 1, "moe": {
         "num_experts": 4, "top_k": 2, "capacity_factor": None, "capacity_factor_eval": None}}),
+    # heads of model.head_dim 12, not d_model / n_heads = 8 (Qwen3's, some Llama-style files')
+    "llama-bpe-head-dim": ("LlamaForCausalLM", "bpe", {**LLAMA_LAYOUT, "head_dim": 12}),
+    # QK-norm (its gains perturbed by _model, as every norm's), head_dim 16 != 32 / 4, GQA, untied
+    "qwen3-bpe-head-dim-gqa": ("Qwen3ForCausalLM", "bpe", {**LLAMA_LAYOUT, "qk_norm": True, "head_dim": 16,
+                                                           "n_kv_heads": 2, "tie_embeddings": False}),
+    # tied; an epsilon (the block norms' and the QK-norm's) and a rotary base far from the defaults
+    "qwen3-char-tied-eps-rope": ("Qwen3ForCausalLM", "char", {**LLAMA_LAYOUT, "qk_norm": True, "norm_eps": 0.003,
+                                                              "rope_base": 50.0}),
 }
 
 
@@ -279,8 +287,12 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 2}}, "model.moe.capacity_factor_eval=null"),
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
     ({**GPT2_LAYOUT, "n_kv_heads": 2}, "nearest: GPT2LMHeadModel, which needs model.n_kv_heads=4."),
+    ({**GPT2_LAYOUT, "head_dim": 16}, "nearest: GPT2LMHeadModel, which needs model.head_dim=8."),
+    # QK-norm is kept: Qwen3 computes it (dropping it would be a bigger change than the layout's settings)
+    ({**GPT2_LAYOUT, "qk_norm": True}, "nearest: Qwen3ForCausalLM, which needs model.positions=rotary "
+                                       "model.norm=rmsnorm model.ffn=swiglu model.bias=false."),
 ], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
-        "grouped-query-gpt2"])
+        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

@@ -119,14 +119,16 @@ def bpe():
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
-                                  "llama-gqa-bias", "llama3-rope-scaling", "mixtral", "mixtral-gqa", "mistral-gqa",
-                                  "mistral-window"])
+                                  "llama-gqa-bias", "llama3-rope-scaling", "llama-head-dim", "mixtral", "mixtral-gqa",
+                                  "mistral-gqa", "mistral-window", "qwen3", "qwen3-tied-eps-rope", "qwen3-window"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
     -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads;
     mistral-window: a sliding window shorter than the positions (Mistral 7B v0.1's 4096 of 32768) is the context;
     llama3-rope-scaling: Llama 3.1's rope_type llama3 (head_dim 8, 64 original positions: a rotary pair in each of
-    its three regimes), with GQA."""
+    its three regimes), with GQA; -head-dim / qwen3: heads of head_dim 16, not hidden_size / heads = 8 (Qwen3-0.6B:
+    128, not 1024 / 16); qwen3: QK-norm (its gains random, as every norm's here), GQA, untied;
+    qwen3-window: use_sliding_window with the second layer sliding (max_window_layers=1), a window of 16."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -146,6 +148,13 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2,
                                                                        "max_position_embeddings": 128}, rope_parameters=rope))
+    elif name == "llama-head-dim":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2}, head_dim=16))
+    elif name.startswith("qwen3"):
+        over = {"qwen3": dict(num_key_value_heads=2, tie_word_embeddings=False),
+                "qwen3-tied-eps-rope": dict(rms_norm_eps=0.01, tie_word_embeddings=True, rope_theta=50.0),
+                "qwen3-window": dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)}[name]
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**small, "head_dim": 16, **over}))
     elif name == "llama-gqa-bias":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2},
                                                                     attention_bias=True, mlp_bias=True))
@@ -163,7 +172,7 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
                                                                         rope_theta=10000.0))
     hf = _randomised(hf)
     out = _save(hf, bpe, tmp_path, shard="40KB" if name == "llama" else None)  # a large model's several files
-    length = 16 if name == "mistral-window" else 40
+    length = 16 if name.endswith("-window") else 40
     ids = torch.randint(0, V, (2, length), generator=torch.Generator().manual_seed(1))
     with caplog.at_level("INFO", logger="lab"):
         imported = _compare(out, (ids,), hf)
@@ -180,7 +189,17 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         config |= {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
         (out / "config.json").write_text(json.dumps(config))
         assert load(out).model.cfg.rope_scaling == imported.model.cfg.rope_scaling is not None
-    if name == "mistral-window":
+    if name.startswith("qwen3"):
+        assert (imported.hf_class, imported.model.cfg.head_dim, imported.model.cfg.qk_norm) == ("Qwen3ForCausalLM", 16, True)
+    if name == "qwen3":  # the released config.json form (Qwen3-0.6B's keys): a window that use_sliding_window turns off
+        config = json.loads((out / "config.json").read_text())
+        rope = config.pop("rope_parameters")
+        config |= {"rope_theta": rope["rope_theta"], "rope_scaling": None, "sliding_window": 4,
+                   "use_sliding_window": False, "max_window_layers": 1, "torch_dtype": "bfloat16"}
+        del config["layer_types"]
+        (out / "config.json").write_text(json.dumps(config))
+        _compare(out, (ids,), hf)
+    if name.endswith("-window"):
         assert imported.model.cfg.max_seq_len == 16
         assert "sliding_window=16 < max_position_embeddings=64: imported with model.max_seq_len=16" in caplog.text
 
@@ -227,16 +246,16 @@ def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
 
 
 def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp_path):
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(  # heads wider than hidden_size / heads (Qwen3)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(  # an activation lab's SwiGLU does not have
         vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, intermediate_size=48, rms_norm_eps=1e-6))
-    out = _save(hf, bpe, tmp_path / "wide-heads")
-    with pytest.raises(LabError, match="head_dim=16; lab reproduces 8 or None only"):
+        hidden_act="gelu", intermediate_size=48, rms_norm_eps=1e-6))
+    out = _save(hf, bpe, tmp_path / "gelu-mlp")
+    with pytest.raises(LabError, match="hidden_act='gelu'; lab reproduces 'silu' only"):
         load(out)
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
     with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
-                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, "
+                                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
                                        "MarianMTModel"):
         load(out)
     (out / "tokenizer.json").unlink()
@@ -256,6 +275,11 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
         hf.final_logits_bias[0, 5] = 1.0  # a buffer lab has no place for (zero in Marian's own checkpoints)
     with pytest.raises(LabError, match="final_logits_bias hold non-zero values where lab's model has no parameter"):
         load(_save(hf, tok, tmp_path / "marian"))
+    qwen3 = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(  # q/k/v/o biases, none in the MLP
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=48, attention_bias=True))
+    with pytest.raises(LabError, match="attention_bias=true \\(biases on the attention only\\); lab's model.bias puts"):
+        load(_save(qwen3, bpe, tmp_path / "qwen3"))
     bert = transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48, hidden_act="relu"))
     with pytest.raises(LabError, match="hidden_act='relu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' or 'gelu' only"):
@@ -289,6 +313,33 @@ def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
     gpt = _model(tok.vocab_size, **CASES["gpt2-char"][2])
     with pytest.raises(LabError, match="is a BertForMaskedLM, which a GPT cannot start from"):
         init_from(gpt, str(bert), {})
+
+
+def test_init_from_a_qwen3_names_overrides_that_work_pasted(bpe, tmp_path):
+    """The hint, applied to the run's model config (null head_dim / n_kv_heads / d_ff / norm_eps resolve anew from
+    the pasted d_model, n_heads, ffn, norm), builds the directory's model: the head width is named although it
+    equals this model's (32 / 2 = 16), since 16 is not the 64 / 2 that null would give after the paste."""
+    from omegaconf import OmegaConf
+
+    from lab.models.gpt import GPT
+    from lab.runtime.hf.importing import init_from
+
+    hf = _randomised(transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=bpe.vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, intermediate_size=48, max_position_embeddings=64)))
+    out = _save(hf, bpe, tmp_path / "qwen3")
+    run = dict(d_model=32, n_layers=1, n_heads=2, max_seq_len=64, head_dim=None, n_kv_heads=None, d_ff=None,
+               norm_eps=None)  # conf/model/gpt.yaml's nulls
+    with pytest.raises(LabError) as e:
+        init_from(GPT(bpe.vocab_size, **run), str(out), {})
+    hints = str(e.value).split("; add ")[1].split()
+    assert "model.head_dim=16" in hints and "model.qk_norm=true" in hints
+    pasted = OmegaConf.to_container(OmegaConf.from_dotlist(hints))["model"]  # as Hydra reads the overrides
+    model = GPT(bpe.vocab_size, **{**run, **pasted})
+    init_from(model, str(out), {})
+    ids = torch.randint(0, bpe.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids), hf(ids).logits, atol=1e-4, rtol=0)
 
 
 @pytest.mark.slow  # a training run (lab.train in a subprocess)

@@ -70,21 +70,23 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         qk_norm: tuple[nn.Module, nn.Module] | None = None,
         n_kv_heads: int | None = None,
+        head_dim: int | None = None,
     ):
         """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none.
         n_kv_heads: key/value heads (grouped-query attention), each shared by n_heads / n_kv_heads consecutive
-        query heads (key head j serves query heads j*g .. j*g+g-1, as Llama's repeat_kv); None: n_heads."""
+        query heads (key head j serves query heads j*g .. j*g+g-1, as Llama's repeat_kv); None: n_heads.
+        head_dim: each head's width (Qwen3: not d_model / n_heads); None: d_model // n_heads."""
         super().__init__()
-        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.n_heads, self.head_dim = n_heads, head_dim or d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
-        kv_dim = self.n_kv_heads * self.head_dim
+        q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.cross = cross
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, q_dim, bias=bias)
             self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # one matmul for q, k, v
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)  # one matmul for q, k, v
+        self.out_proj = nn.Linear(q_dim, d_model, bias=bias)
         self.out_proj.is_residual_proj = True
         self.rotary = None if cross else rotary  # source and target positions are unrelated
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
@@ -107,7 +109,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D]; memory: [B, S, D] (cross only); mask: bool broadcastable to [B, H, T, S]."""
-        B, T, D = x.shape
+        B, T, _ = x.shape
         if self.cross:
             (q,) = self._heads(self.q_proj(x), self.n_heads)
             q = self._norm(q, self.q_norm)
@@ -140,4 +142,4 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=use_is_causal,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )  # [B, H, T, hd]
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

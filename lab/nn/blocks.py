@@ -78,8 +78,10 @@ def make_block(
     cfg: TransformerConfig, rotary: RotaryEmbedding | None, cross_attention: bool, layer: int = 0, causal: bool = True
 ) -> Block:
     def attn(cross: bool) -> MultiHeadAttention:
-        qk_norm = (RMSNorm(cfg.head_dim), RMSNorm(cfg.head_dim)) if cfg.qk_norm else None
-        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm, cfg.n_kv_heads)
+        eps = cfg.norm_eps if cfg.norm == "rmsnorm" else 1e-6  # the block norms' (Qwen3's rms_norm_eps for both)
+        qk_norm = (RMSNorm(cfg.head_dim, eps), RMSNorm(cfg.head_dim, eps)) if cfg.qk_norm else None
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm, cfg.n_kv_heads,
+                                  cfg.head_dim)
 
     n_sublayers = 3 if cross_attention else 2
     return Block(

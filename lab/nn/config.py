@@ -32,6 +32,10 @@ class TransformerConfig:
     """Number of blocks in the stack (per side for an encoder-decoder)."""
     n_heads: int = 4
     """Attention heads; must divide d_model."""
+    head_dim: int | None = None
+    """Width of each attention head: queries n_heads * head_dim, keys and values n_kv_heads * head_dim, the output
+    projection back to d_model; rotary and qk_norm act over it (set, n_heads need not divide d_model).
+    None: d_model // n_heads. Released checkpoints may set another (Qwen3-0.6B: d_model 1024, 16 heads of 128)."""
     n_kv_heads: int | None = None
     """Key/value heads (grouped-query attention, Ainslie et al. 2023; Llama 3, Mistral): each serves
     n_heads / n_kv_heads consecutive query heads, so the KV cache is that many times smaller; must divide n_heads.
@@ -74,7 +78,8 @@ class TransformerConfig:
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
     qk_norm: bool = False
     """RMS-normalise each head's queries and keys (learned gain per head dim) before rotary and the dot product
-    (Dehghani et al. 2023; OLMo 2): attention logits stay bounded, so higher learning rates train stably."""
+    (Dehghani et al. 2023; OLMo 2; Qwen3): attention logits stay bounded, so higher learning rates train stably.
+    Its epsilon is model.norm_eps under rmsnorm (as Qwen3's), 1e-6 under layernorm."""
     moe: dict[str, Any] | None = None
     """Mixture-of-experts settings replacing the dense FFN (fields: lab.nn.moe.MoEConfig); None for dense."""
 
@@ -93,19 +98,24 @@ class TransformerConfig:
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
+        if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 "pick n_heads that divides d_model"
             )
+        if self.head_dim is None:
+            self.head_dim = self.d_model // self.n_heads
+        if int(self.head_dim) <= 0:
+            raise ConfigError(f"model.head_dim must be a positive integer or null (d_model // n_heads), got {self.head_dim}")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if int(self.n_kv_heads) <= 0 or self.n_heads % self.n_kv_heads:
             divisors = [h for h in range(1, self.n_heads + 1) if self.n_heads % h == 0]
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}; "
                               f"pick n_kv_heads among {divisors} (or null: one per query head)")
-        if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
-            raise ConfigError("rotary positions need an even head size (d_model / n_heads)")
+        if self.positions == "rotary" and self.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head size, got model.head_dim={self.head_dim} (null: "
+                              "d_model / n_heads)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps is None:
@@ -127,10 +137,6 @@ class TransformerConfig:
             self.rope_scaling = scaling
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> TransformerConfig:

@@ -23,7 +23,8 @@ def peak_flops(device: torch.device) -> float | None:
 class Throughput(L.Callback):
     """Logs perf/tokens_per_s (this device), perf/tokens_per_s_global (all devices) and perf/mfu every
     `every_n_batches` training batches, measured between batches so data loading counts, and validation
-    does not. FLOPs per token = 6 * active params + 12 * layers * d_model * seq_len (PaLM appendix B).
+    does not. FLOPs per token = 6 * active params + 12 * layers * n_heads * head_dim * seq_len (PaLM appendix B; the
+    attention width, d_model unless model.head_dim says otherwise).
     With them perf/tokens_seen (all devices, estimated as this device's count x world size) and
     perf/train_s (seconds of training so far, without validation): both carried across a resume in the
     checkpoint, so a report can draw curves against tokens or training time (lab.report)."""
@@ -69,7 +70,7 @@ class Throughput(L.Callback):
         cfg = getattr(pl_module.model, "cfg", None)
         if peak and cfg is not None:
             active = pl_module.parameter_counts()["active"]
-            flops_per_token = 6 * active + 12 * cfg.n_layers * cfg.d_model * self._seq_len
+            flops_per_token = 6 * active + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * self._seq_len
             metrics["perf/mfu"] = per_device * flops_per_token / peak
         pl_module.log_dict(metrics, on_step=True, on_epoch=False)
         self._t0 = None

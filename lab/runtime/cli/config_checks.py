@@ -93,6 +93,7 @@ RULES: dict[str, tuple[Callable, str]] = {
     "model.n_layers": POSITIVE_INT,
     "model.n_heads": POSITIVE_INT,
     "model.n_kv_heads": optional(POSITIVE_INT),
+    "model.head_dim": optional(POSITIVE_INT),
     "model.d_ff": optional(POSITIVE_INT),
     "model.max_seq_len": POSITIVE_INT,
     "model.init_std": POSITIVE,
@@ -157,7 +158,8 @@ def check_values(cfg: DictConfig) -> None:
             if key.rsplit(".", 1)[-1].endswith(PROBABILITY_KEYS) and value is not None and not (_is_number(value) and 0 <= value < 1):
                 _refuse(key, value, "a probability in [0, 1)")
     model = cfg.get("model") or {}
-    if _is_int(model.get("d_model")) and _is_int(model.get("n_heads")) and model.d_model % model.n_heads:
+    if _is_int(model.get("d_model")) and _is_int(model.get("n_heads")) and model.get("head_dim") is None \
+            and model.d_model % model.n_heads:
         raise LabError(f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}; choose "
                        f"n_heads among {[h for h in range(1, model.d_model + 1) if model.d_model % h == 0][-6:]}")
     if _is_int(model.get("n_heads")) and _is_int(model.get("n_kv_heads")) and model.n_heads % model.n_kv_heads:

@@ -19,13 +19,14 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.hf import bert, gpt2, llama, marian, mistral, mixtral, pegasus, tokenizer
+from lab.runtime.hf import bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, tokenizer
 
 log = logging.getLogger("lab")
 
 # (class name, module), tried in order, per kind of lab model.
 LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral),
-               ("MistralForCausalLM", mistral))  # after Llama: exports of its layout are LlamaForCausalLM
+               ("MistralForCausalLM", mistral),  # after Llama: exports of its layout are LlamaForCausalLM
+               ("Qwen3ForCausalLM", qwen3))  # the Llama layout + model.qk_norm
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian), ("PegasusForConditionalGeneration", pegasus))
 MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
@@ -33,6 +34,7 @@ CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 
 AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "AutoModelForCausalLM",
                 "MixtralForCausalLM": "AutoModelForCausalLM", "MistralForCausalLM": "AutoModelForCausalLM",
+                "Qwen3ForCausalLM": "AutoModelForCausalLM",
                 "MarianMTModel": "AutoModelForSeq2SeqLM",
                 "PegasusForConditionalGeneration": "AutoModelForSeq2SeqLM",
                 "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}
@@ -71,21 +73,23 @@ def as_typed(override: str, model_keys) -> str:
     return "+" + override if model_keys is not None and "=" in override and key not in model_keys else override
 
 
-def lab_only(model) -> list[str]:
-    """Options of lab's that no exported family computes (every family needs them off)."""
-    missing = ["model.qk_norm=false"] if model.cfg.qk_norm else []
+def lab_only(model, family) -> list[str]:
+    """Options of lab's that no exported family computes (every family needs them off), and qk_norm, which only
+    a family with QK_NORM computes."""
+    missing = ["model.qk_norm=false"] if model.cfg.qk_norm and not getattr(family, "QK_NORM", False) else []
     return missing + (["model.logit_softcap=null"] if getattr(model, "softcap", None) is not None else [])
 
 
 def pick_family(model, families, model_keys=None):
     problems = {}
     for name, family in families:
-        missing = family.check(model) + lab_only(model)
+        missing = family.check(model) + lab_only(model, family)
         if not missing:
             return name, family
         problems[name] = [as_typed(m, model_keys) for m in missing]
-    # adding or removing the mixture of experts is a bigger change than all the settings of a layout together
-    distance = lambda n: sum(10 if m.startswith(("model.moe=null", "model.moe (")) else 1 for m in problems[n])  # noqa: E731
+    # adding or removing the mixture of experts or QK-norm is a bigger change than all the settings of a layout together
+    big = ("model.moe=null", "model.moe (", "model.qk_norm=", "+model.qk_norm=")
+    distance = lambda n: sum(10 if m.startswith(big) else 1 for m in problems[n])  # noqa: E731
     nearest = min(problems, key=distance)
     raise LabError(
         f"no Hugging Face class reproduces this model exactly; nearest: {nearest}, which needs "

@@ -19,7 +19,8 @@ def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "post",
               "embed_norm": True, "scale_embeddings": False, "moe": None,
-              "n_kv_heads": cfg.n_heads}  # one key/value head per query head
+              "n_kv_heads": cfg.n_heads,  # one key/value head per query head
+              "head_dim": cfg.d_model // cfg.n_heads}  # heads d_model / n_heads wide (no head_dim setting)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ACTIVATION:
         missing.append("model.ffn=gelu")  # or gelu_erf

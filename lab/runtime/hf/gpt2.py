@@ -9,7 +9,8 @@ LAYOUT = "pre-norm layernorm, learned positions, gelu FFN, no MoE, unscaled embe
 def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "pre", "scale_embeddings": False, "moe": None,
-              "n_kv_heads": cfg.n_heads}  # one key/value head per query head: GPT-2 has no grouped-query attention
+              "n_kv_heads": cfg.n_heads,  # one key/value head per query head: GPT-2 has no grouped-query attention
+              "head_dim": cfg.d_model // cfg.n_heads}  # heads d_model / n_heads wide (no head_dim setting)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     return missing + ([] if cfg.ffn in ACTIVATION else ["model.ffn=gelu"])
 

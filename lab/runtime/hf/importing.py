@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -172,14 +172,20 @@ def is_hf_dir(path: str) -> bool:
 
 
 TRAINING_ONLY = ("dropout", "init_std", "moe")  # settings that leave the function (and the weights) as they are
+DERIVED = ("n_kv_heads", "head_dim", "norm_eps", "d_ff")  # null: TransformerConfig resolves them from the others
 MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
 
 
 def differences(model, other) -> list[str]:
-    """The model.* settings (as "model.k=v") that make model compute another function than other."""
+    """The model.* settings (as "model.k=v") that make model compute another function than other. A derived
+    setting (DERIVED) equal to model's is named too when others are: null in the run's config resolves anew from
+    the pasted ones (model.head_dim stays 32 only if said when d_model changes), unless other's value is what
+    null gives."""
     typed = lambda v: "{" + ",".join(f"{k}:{x}" for k, x in v.items()) + "}" if isinstance(v, dict) else v  # noqa: E731
+    changed = {k for k, v in vars(other.cfg).items() if k not in TRAINING_ONLY and getattr(model.cfg, k) != v}
+    anew = lambda k: getattr(other.cfg, k) != getattr(replace(other.cfg, **{k: None}), k)  # noqa: E731
     diffs = [f"model.{k}={typed(v)}" for k, v in vars(other.cfg).items()
-             if k not in TRAINING_ONLY and getattr(model.cfg, k) != v]
+             if k in changed or (changed and k in DERIVED and anew(k))]
     mine, theirs = model.cfg.moe, other.cfg.moe
     if (mine is None) != (theirs is None):
         diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {theirs[k]}' for k in MOE_FUNCTION)}}}")
@@ -208,7 +214,8 @@ def init_from(model, path: str, meta: dict) -> None:
     kind = type(model).__name__
     if type(imported.model).__name__ not in wanted.get(kind, ()):
         raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
-                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM -> the LM; "
+                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM -> "
+                       "the LM; "
                        "BertForMaskedLM, BertForSequenceClassification -> the classifier; MarianMTModel, "
                        "PegasusForConditionalGeneration -> the translator")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None

@@ -29,8 +29,8 @@ def rotary_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 def backbone(model) -> dict:
     """Embeddings, attention, norms and the output layer (everything but the feed-forward blocks)."""
     cfg = model.cfg
-    D, H, KV = cfg.d_model, cfg.n_heads, cfg.n_kv_heads
-    sizes = [D, KV * cfg.head_dim, KV * cfg.head_dim]  # queries, then n_kv_heads key and value heads
+    H, KV, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    sizes = [H * hd, KV * hd, KV * hd]  # queries, then n_kv_heads key and value heads
     s = {"model.embed_tokens.weight": model.embed.tokens.weight}
     for i, block in enumerate(model.decoder.layers):
         p = f"model.layers.{i}."
@@ -96,7 +96,6 @@ def backbone_arch(config: dict) -> dict:
 
     D, H = config["hidden_size"], config["num_attention_heads"]
     setting(config, "hidden_act", ("silu",), "silu")
-    setting(config, "head_dim", (D // H, None), D // H)
     # transformers 5 writes rope_parameters; older files rope_theta and rope_scaling (type or rope_type)
     rope = config.get("rope_parameters") or {**(config.get("rope_scaling") or {}),
                                              "rope_theta": config.get("rope_theta", 10000.0)}
@@ -115,6 +114,7 @@ def backbone_arch(config: dict) -> dict:
         length = window
     return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["num_hidden_layers"], "n_heads": H,
             "n_kv_heads": config.get("num_key_value_heads") or H,  # grouped-query attention (Llama 3, Mistral)
+            "head_dim": config.get("head_dim") or D // H,  # Qwen3's (and some Llama-style files') own width
             "max_seq_len": length, "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
             "rope_scaling": scaling,

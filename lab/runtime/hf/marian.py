@@ -11,7 +11,8 @@ def check(model) -> list[str]:
     cfg = model.cfg
     wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
               "norm_eps": 1e-5,  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
-              "n_kv_heads": cfg.n_heads}  # and one key/value head per query head
+              "n_kv_heads": cfg.n_heads,  # and one key/value head per query head
+              "head_dim": cfg.d_model // cfg.n_heads}  # heads d_model / n_heads wide (no head_dim setting)
     missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.ffn not in ACTIVATION:
         missing.append("model.ffn=relu")  # or gelu
