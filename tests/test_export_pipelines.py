@@ -4,6 +4,7 @@ accents, runs of spaces, edge whitespace, tabs, emoji, special-token strings) gi
 give on the same weights."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -75,6 +76,44 @@ def test_batched_generate_pads_on_the_left(lm):
     for prompt, row in zip(prompts, rows.tolist()):
         ids = inference.encode_prompt(tok, prompt, 48)
         assert row == generate(model, torch.tensor([ids]), 5, temperature=0.0)[0, len(ids):].tolist(), prompt
+
+
+def test_a_tokenizer_from_model_exports_the_ids_lab_read_and_prompts(tmp_path):
+    """data.tokenizer_from=<HF dir> with a tokenizer as users bring them: its own normaliser (lowercase), a template
+    that puts a token before every text (as a Llama's <s>), truncation and padding set. lab normalises every text
+    before that tokenizer and adds nothing to it; the export gives the same ids for the data (a corpus with \r\n
+    line ends and decomposed accents, read by the LM datamodule) and for lab.generate's prompts."""
+    from tokenizers import normalizers, processors
+
+    from lab.data.corpora import TextFiles
+    from lab.data.lm import LMDataModule
+    from lab.data.sources.text import normalize_document
+
+    source = HFTokenizer.train([CORPUS], ["<|endoftext|>"], vocab_size=320, kind="bpe").backend
+    source.normalizer = normalizers.Lowercase()
+    text = "\r\n".join(TRICKY * 30)
+    expected = source.encode(normalize_document(text).lower()).ids  # lab's normalisation, then the tokenizer's
+    source.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
+    source.enable_truncation(8)
+    source.enable_padding(pad_id=0, pad_token="<|endoftext|>")
+    (tmp_path / "hf").mkdir()
+    source.save(str(tmp_path / "hf" / "tokenizer.json"))
+    (tmp_path / "corpus.txt").write_bytes(text.encode())  # as written: \r\n kept
+    dm = LMDataModule(TextFiles([str(tmp_path / "corpus.txt")]), block_size=32, batch_size=2,
+                      cache_dir=str(tmp_path / "cache"), tokenizer_from=str(tmp_path / "hf"))
+    dm.prepare_data()
+    dm.setup()
+    tok = dm.tokenizer
+    assert tok.encode_batch(["ab", "longer text"])[0] == tok.encode("ab")  # a batch is not padded either
+    torch.manual_seed(0)
+    model = _perturbed(GPT(tok.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1))
+    export(model, tok, _meta(block_size=32), tmp_path / "out")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    ids = hf_tok(text)["input_ids"]  # the corpus's own text through transformers
+    assert len(ids) > 1000 and ids == expected
+    assert np.asarray(dm.train_tokens)[:1000].tolist() == ids[:1000]  # what the model was trained on
+    for text in [*TRICKY, " leading and trailing  ", "CAPS\rlone"]:
+        assert hf_tok(text)["input_ids"] == inference.encode_prompt(tok, text, 32), repr(text)
 
 
 @pytest.fixture(scope="module")

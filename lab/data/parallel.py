@@ -36,9 +36,8 @@ from lab.data.sources.reading import (
     read_table,
     text_of,
 )
-from lab.data.sources.stream import content_hash
 from lab.data.sources.text import normalize_sentence
-from lab.data.tokenizers import hf_tokenizer_file, load_or_train, tokenizer_from_hf_dir
+from lab.data.tokenizers import hf_tokenizer_key, load_or_train, tokenizer_from_hf_dir
 from lab.errors import DataError, excerpts
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"  # ids 0, 1, 2: the tokenizer adds specials first, in this order
@@ -340,7 +339,7 @@ class ParallelDataModule(L.LightningDataModule):
         """The cache directory of these settings and this corpus (by its fingerprint: nothing is read)."""
         vocab = self.vocab_size_setting
         if self.tokenizer_from is not None:  # a given tokenizer by its own bytes, not its directory's name
-            vocab = f"from:{content_hash(hf_tokenizer_file(self.tokenizer_from))}"
+            vocab = hf_tokenizer_key(self.tokenizer_from)
         key = (f"v4|{self.valid_size}|{self.test_size}|{self.seed}|{self.reverse}|{vocab}|"
                f"{self.eval_overlap}|{self.max_tokens}|{self.corpus.fingerprint()}")
         return self.cache_dir / "parallel" / hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from lab.data.cache import write_once
+from lab.data.sources.stream import content_hash
 from lab.errors import DataError
 
 KINDS = ("char", "bpe", "wordpiece")
@@ -68,6 +69,10 @@ class HFTokenizer:
     def __init__(self, backend, kind: str, special_tokens: list[str]):
         self.backend, self.kind, self.special_tokens = backend, kind, list(special_tokens)
         backend.encode_special_tokens = True  # "[PAD]" in a text is the five characters, not the pad id
+        # a text's ids are all of it: a tokenizer.json that sets truncation or padding (data.tokenizer_from) would
+        # cut every piece of a corpus to its max_length and pad a batch's encodings with pad ids
+        backend.no_truncation()
+        backend.no_padding()
 
     @classmethod
     def train(cls, texts: Iterable[str], special_tokens: list[str], vocab_size: int, kind: str = "bpe") -> HFTokenizer:
@@ -137,13 +142,14 @@ def tokenizer_from_json(data: str) -> Tok:
     return HFTokenizer(Tokenizer.from_str(d["backend"]), d["kind"], d["special_tokens"])
 
 
-def hf_tokenizer_file(directory: Path) -> Path:
-    """data.tokenizer_from's tokenizer.json (the datamodules key their caches by its bytes), or one error line."""
+def hf_tokenizer_key(directory: Path) -> str:
+    """data.tokenizer_from's part of a datamodule's cache key: its tokenizer.json's bytes (not the directory's name),
+    or one error line. from2: since a file's truncation and padding are ignored (HFTokenizer)."""
     file = Path(directory) / "tokenizer.json"
     if not file.is_file():
         raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json; give a Hugging Face model "
                         "directory (config.json, model.safetensors, tokenizer.json)")
-    return file
+    return f"from2:{content_hash(file)}"
 
 
 def tokenizer_from_hf_dir(path: Path) -> Tok:

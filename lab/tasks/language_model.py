@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from lab.data.sources.text import normalize_document
 from lab.models.decoding import generate
 from lab.tasks.base import Task
 
@@ -58,7 +59,8 @@ class LanguageModelTask(Task):
         tok = self.trainer.datamodule.tokenizer
         settings = {k: v for k, v in self.samples.items() if k != "prompts"}
         eos = [self.trainer.datamodule.vocab["eos_id"]]  # a prompt of characters the corpus lacks: a document start
-        rows = [[p, tok.decode(self.sample(tok.encode(p) or eos, **settings))] for p in self.samples.get("prompts", ["\n"])]
+        rows = [[p, tok.decode(self.sample(tok.encode(normalize_document(p)) or eos, **settings))]  # as lab.generate
+                for p in self.samples.get("prompts", ["\n"])]
         self.log_examples("samples", ["prompt", "text"], rows)
         self.samples_step = self.global_step  # lab.train logs final samples only if none were logged at this step
 

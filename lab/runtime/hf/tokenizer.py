@@ -2,11 +2,16 @@
 special_tokens_map.json), so AutoTokenizer.from_pretrained(dir)(text) gives the ids lab's own input path gives
 for that task: lab's normalisation (lab.data.sources.text) as the tokenizer's normaliser, the specials lab adds as its
 post-processor ([CLS] text [SEP] for encoders, text </s> for translator sources), [MASK] recognised by the
-MLM's tokenizer as lab.fill_mask recognises it, the trained length as model_max_length, left padding for causal LMs."""
+MLM's tokenizer as lab.fill_mask recognises it, the trained length as model_max_length, left padding for causal LMs.
+lab normalises every text before any tokenizer sees it, a data.tokenizer_from one included: that tokenizer's own
+normaliser follows lab's, and its post-processor stays only where it adds no ids (lab's LM adds none)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+
+log = logging.getLogger("lab")
 
 EOS = "<|endoftext|>"  # the LM data's document separator (lab.data.lm)
 
@@ -87,7 +92,11 @@ def write(tok, out_dir: Path, kind: str, max_length: int, specials: dict[str, in
     uses (an LM's are all its document separator). max_length: the trained length. -> the files written."""
     t = backend(tok, NORMALISATION[kind])
     processor = post_processor(kind, tok, specials)
-    if processor is not None:
+    added = t.post_processor.num_special_tokens_to_add(False) if t.post_processor is not None else 0
+    if processor is None and added:  # data.tokenizer_from's own template (a Llama's <s>): lab added none of it
+        log.info("tokenizer.json: the source tokenizer's post-processor adds %d token(s) to every text, which lab's "
+                 "data and prompts never had; left out, so the export gives lab's ids", added)
+    if processor is not None or added:
         t.post_processor = processor
     t.save(str(out_dir / "tokenizer.json"))
     names = {f"{k}_token": tok.decode([i], skip_special=False) for k, i in specials.items() if i is not None}
