@@ -206,6 +206,27 @@ def test_lm_training_ids_equal_prompt_ids(tmp_path):
     assert [int(i) for i in dm.train_tokens[:n]] == encode_prompt(dm.tokenizer, line, 1000)
 
 
+def test_training_samples_encode_their_prompts_as_lab_generate():
+    """The samples logged after each validation start from the ids lab.generate gives the same prompt."""
+    from types import SimpleNamespace
+
+    from lab.data.tokenizers import HFTokenizer
+    from lab.models.gpt import GPT
+    from lab.runtime.inference.predict import encode_prompt
+    from lab.tasks.language_model import LanguageModelTask
+
+    tok = HFTokenizer.train(["Juliet is the sun\n" * 20], ["<|endoftext|>"], vocab_size=280, kind="bpe")
+    prompts = ["Juliet\r\nis", "spa\u0308t\r"]
+    task = LanguageModelTask(GPT(tok.vocab_size, d_model=16, n_layers=1, n_heads=2, max_seq_len=32), None,
+                             samples={"prompts": prompts, "max_new_tokens": 1})
+    seen = []
+    task.sample = lambda ids, **settings: seen.append(ids) or ids
+    task.log_examples = lambda *args: None
+    task.trainer = SimpleNamespace(datamodule=SimpleNamespace(tokenizer=tok, vocab={"eos_id": 0}), global_step=0)
+    task.log_samples()
+    assert seen == [encode_prompt(tok, p, 32) for p in prompts]
+
+
 def test_fill_mask_windows_keep_every_mask_inside_trained_positions():
     from lab.runtime.inference.predict import mask_windows
 
