@@ -125,6 +125,42 @@ BERT = dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1, pos
             norm_placement="post", ffn="gelu", embed_norm=True)
 
 
+@pytest.mark.parametrize("kind", ["translator", "classifier"])
+def test_a_tokenizer_from_sentence_model_exports_the_ids_lab_reads(tmp_path, kind):
+    """A Marian-style (text </s>) and a BERT-style ([CLS] text [SEP], BertNormalizer) tokenizer.json with truncation
+    set, as data.tokenizer_from reads them: the export's ids are lab.translate's / lab.classify's (lab's sentence
+    normalisation, then the tokenizer's own; lab's specials; nothing cut below the trained length)."""
+    from tokenizers import processors
+
+    from lab.data.tokenizers import tokenizer_from_hf_dir
+
+    if kind == "translator":
+        source = HFTokenizer.train([CORPUS], ["</s>", "<unk>", "<pad>"], vocab_size=300, kind="bpe").backend
+        source.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 0)])
+    else:
+        source = HFTokenizer.train([CORPUS], BERT_SPECIALS, vocab_size=200, kind="wordpiece").backend
+        source.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    source.enable_truncation(6)
+    (tmp_path / "hf").mkdir()
+    source.save(str(tmp_path / "hf" / "tokenizer.json"))
+    tok = tokenizer_from_hf_dir(tmp_path / "hf")
+    torch.manual_seed(0)
+    if kind == "translator":
+        model = EncoderDecoder(tok.vocab_size, 2, 0, 0, d_model=32, n_layers=1, n_heads=4, max_seq_len=64,
+                               positions="sinusoidal", norm="layernorm", norm_placement="post", ffn="relu",
+                               scale_embeddings=True)
+        export(model, tok, _meta(max_tokens=40), tmp_path / "out")
+        ours = lambda text: inference.encode_source(tok, text, model.eos_id)  # noqa: E731
+    else:
+        model = EncoderClassifier(tok.vocab_size, 0, 2, pooling="bert", **BERT)
+        export(model, tok, _meta(max_length=40, labels=["a", "b"]), tmp_path / "out")
+        ours = lambda text: encode_sentence(tok, text, 40)  # noqa: E731
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    for text in [*TRICKY, " leading and trailing  ", "ROMEO. But soft, what light through yonder window breaks?"]:
+        assert hf_tok(text)["input_ids"] == ours(text), repr(text)
+    assert len(ours(CORPUS.splitlines()[0])) > 6
+
+
 def test_text_classification_pipeline_gives_lab_classify(wordpiece, tmp_path):
     torch.manual_seed(0)
     model = _perturbed(EncoderClassifier(wordpiece.vocab_size, 0, 3, pooling="bert", **BERT))
