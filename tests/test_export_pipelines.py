@@ -4,6 +4,8 @@ accents, runs of spaces, edge whitespace, tabs, emoji, special-token strings) gi
 give on the same weights."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -78,7 +80,7 @@ def test_batched_generate_pads_on_the_left(lm):
         assert row == generate(model, torch.tensor([ids]), 5, temperature=0.0)[0, len(ids):].tolist(), prompt
 
 
-def test_a_tokenizer_from_model_exports_the_ids_lab_read_and_prompts(tmp_path):
+def test_a_tokenizer_from_model_exports_the_ids_lab_read_and_prompts(tmp_path, caplog):
     """data.tokenizer_from=<HF dir> with a tokenizer as users bring them: its own normaliser (lowercase), a template
     that puts a token before every text (as a Llama's <s>), truncation and padding set. lab normalises every text
     before that tokenizer and adds nothing to it; the export gives the same ids for the data (a corpus with \r\n
@@ -107,7 +109,9 @@ def test_a_tokenizer_from_model_exports_the_ids_lab_read_and_prompts(tmp_path):
     assert tok.encode_batch(["ab", "longer text"])[0] == tok.encode("ab")  # a batch is not padded either
     torch.manual_seed(0)
     model = _perturbed(GPT(tok.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1))
-    export(model, tok, _meta(block_size=32), tmp_path / "out")
+    with caplog.at_level(logging.INFO, logger="lab"):
+        export(model, tok, _meta(block_size=32), tmp_path / "out")
+    assert "post-processor adds 1 token(s) to every text" in caplog.text  # the <|endoftext|> it left out, said
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
     ids = hf_tok(text)["input_ids"]  # the corpus's own text through transformers
     assert len(ids) > 1000 and ids == expected
