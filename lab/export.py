@@ -1,6 +1,7 @@
 """Export a trained model to the Hugging Face format: python -m lab.export ckpt_path=<ckpt or run dir> out_dir=<dir>"""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import hydra
@@ -16,6 +17,11 @@ def main(cfg: DictConfig) -> None:
     from lab.runtime.checkpoints.reading import load_model, resolve_checkpoint  # noqa: PLC0415
     from lab.runtime.hf import export  # noqa: PLC0415
 
+    # what the conversion drops or changes is said in lab's log lines; inference configs switch Hydra's logging off
+    said = logging.getLogger("lab")
+    said.disabled = False
+    said.setLevel(logging.INFO)
+    said.addHandler(logging.StreamHandler())
     if not cfg.get("out_dir"):
         raise LabError("give out_dir=<directory for model.safetensors, config.json and the tokenizer>")
     path = resolve_checkpoint(str(cfg.ckpt_path))  # a run directory: its best checkpoint, said in one line
