@@ -190,13 +190,18 @@ runpy.run_module("lab.train", run_name="__main__")
 """
 
 
-def test_full_disk_ends_the_run_with_one_line_and_earlier_checkpoints_resume(tmp_path):
-    """The 3rd checkpoint write meets ENOSPC: one `error:` line naming the directory and the space needed, exit
-    2; the checkpoints already written load, and ckpt_path=auto continues from the newest of them."""
+def _checkpoint_every_3_steps(tmp_path):
+    """A 12-step LM run in tmp_path/run with a periodic last.ckpt every 3 steps: (run dir, lab.train args, env)."""
     run = tmp_path / "run"
     args = [*TINY_LM, "trainer.max_steps=12", "trainer.val_check_interval=12", "callbacks.checkpoint.every_n_steps=3",
             f"hydra.run.dir={run}", "ckpt_path=auto"]
-    env = {**os.environ, "LAB_RUNS_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    return run, args, {**os.environ, "LAB_RUNS_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+
+
+def test_full_disk_ends_the_run_with_one_line_and_earlier_checkpoints_resume(tmp_path):
+    """The 3rd checkpoint write meets ENOSPC: one `error:` line naming the directory and the space needed, exit
+    2; the checkpoints already written load, and ckpt_path=auto continues from the newest of them."""
+    run, args, env = _checkpoint_every_3_steps(tmp_path)
     result = subprocess.run([sys.executable, "-c", FULL_DISK_AFTER, "2", *args], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -274,10 +279,7 @@ def test_a_kill_right_after_a_periodic_checkpoint_leaves_the_metrics_it_covers_o
     """SIGKILL the moment last.ckpt of step 6 (every_n_steps=3, between validations) is published: it covers
     optimizer steps 1..6, whose metrics rows are steps 0..5, so all six rows are already in metrics.csv; the
     resumed run adds steps 6..11, each step once and none missing."""
-    run = tmp_path / "run"
-    args = [*TINY_LM, "trainer.max_steps=12", "trainer.val_check_interval=12", "callbacks.checkpoint.every_n_steps=3",
-            f"hydra.run.dir={run}", "ckpt_path=auto"]
-    env = {**os.environ, "LAB_RUNS_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    run, args, env = _checkpoint_every_3_steps(tmp_path)
     killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_PUBLISHING, "6", *args], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]

@@ -20,6 +20,14 @@ PRESETS = {  # experiment -> (transformers class, Auto class)
 }
 
 
+def _perturb_norms_and_biases(model) -> None:
+    """Norms and biases away from their init (1 and 0), so a swapped tensor would show."""
+    with torch.no_grad():
+        for key, p in model.named_parameters():
+            if "norm" in key or key.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_shipped_encoder_preset_exports_with_equal_logits(compose, name, tmp_path):
     # init_std 0.1 (the preset's is 0.02): outputs that vary clearly from input to input, so a mapping error shows
@@ -28,10 +36,7 @@ def test_shipped_encoder_preset_exports_with_equal_logits(compose, name, tmp_pat
     tok = HFTokenizer.train([TEXT] * 10, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], vocab_size=120, kind="wordpiece")
     torch.manual_seed(0)
     model = build_model(cfg.model, {"vocab_size": tok.vocab_size, "pad_id": 0, "mask_id": 4, "num_labels": 2}).eval()
-    with torch.no_grad():  # norms and biases away from their init (1 and 0), so a swapped tensor would show
-        for key, p in model.named_parameters():
-            if "norm" in key or key.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
+    _perturb_norms_and_biases(model)
     cls, auto = PRESETS[name]
     meta = {"data": {"labels": ["negative", "positive"]}, "config": {"model": dict(cfg.model)}}
     assert export(model, tok, meta, tmp_path).hf_class == cls
@@ -52,10 +57,7 @@ def test_shipped_translator_preset_exports_as_pegasus_with_equal_logits(compose,
     tok = HFTokenizer.train([TEXT] * 10, ["<pad>", "<s>", "</s>"], vocab_size=150, kind="bpe")
     torch.manual_seed(0)
     model = build_model(cfg.model, {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 1, "eos_id": 2}).eval()
-    with torch.no_grad():  # norms and biases away from their init (1 and 0), so a swapped tensor would show
-        for key, p in model.named_parameters():
-            if "norm" in key or key.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
+    _perturb_norms_and_biases(model)
     meta = {"config": {"model": dict(cfg.model)}}
     assert export(model, tok, meta, tmp_path).hf_class == "PegasusForConditionalGeneration"
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
