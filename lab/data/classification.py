@@ -32,7 +32,7 @@ from lab.data.sources.reading import (
     text_of,
 )
 from lab.data.sources.text import normalize_sentence
-from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
+from lab.data.tokenizers import load_or_train, tokenizer_from_hf_dir, tokenizer_from_json, training_key
 from lab.errors import DataError, UnsafeFileError, excerpt, excerpts
 
 VADER = PyPISdist("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")
@@ -275,7 +275,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         if self.tokenizer_from:
             tok = tokenizer_from_checkpoint(self.tokenizer_from)
         else:
-            key = hashlib.sha256(f"{self.source.fingerprint}|{self.split_seed}|{self.tokenizer_kind}|{self.vocab_size_setting}".encode())
+            key = hashlib.sha256(f"{self.source.fingerprint}|{self.split_seed}|{training_key(self.tokenizer_kind)}|{self.vocab_size_setting}".encode())
             path = self.cache_dir / "classification" / "tokenizers" / f"{key.hexdigest()[:16]}.json"
             tok = load_or_train(path, self.tokenizer_kind, [normalize_sentence(t) for t, _, _ in splits["train"]], BERT_SPECIALS,
                                 self.vocab_size_setting)

@@ -16,7 +16,13 @@ from torch.utils.data import DataLoader, Dataset
 from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport
-from lab.data.tokenizers import hf_tokenizer_key, load_or_train, tokenizer_from_hf_dir, tokenizer_from_json
+from lab.data.tokenizers import (
+    hf_tokenizer_key,
+    load_or_train,
+    tokenizer_from_hf_dir,
+    tokenizer_from_json,
+    training_key,
+)
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -97,7 +103,7 @@ class LMDataModule(L.LightningDataModule):
     def _prepared_dir(self) -> tuple[Path, list]:
         files = self.corpus.files(self.cache_dir)
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes
-        key = f"{self.corpus.key(files, self.verify)}|{self.tokenizer_kind}|{self.vocab_size_setting}|{sample}"
+        key = f"{self.corpus.key(files, self.verify)}|{training_key(self.tokenizer_kind)}|{self.vocab_size_setting}|{sample}"
         if self.tokenizer_from is not None:
             key = f"{self.corpus.key(files, self.verify)}|{hf_tokenizer_key(self.tokenizer_from)}"
         key += f"|shard_bytes:{self.shard_bytes}"

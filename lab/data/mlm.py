@@ -26,7 +26,7 @@ from lab.data.corpora import FilePlan
 from lab.data.shards import MANIFEST, Progress, Shard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.sources.text import normalize_sentence
-from lab.data.tokenizers import load_or_train, tokenizer_from_json
+from lab.data.tokenizers import load_or_train, tokenizer_from_json, training_key
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -216,7 +216,7 @@ class MLMDataModule(L.LightningDataModule):
             f, key, read = planned(corpus, self.cache_dir, self.verify)
             files, keys = files + f, keys + [key]
             report.merge(read)
-        tok_key = f"{'|'.join(keys)}|wordpiece|{self.vocab_size_setting}|{self.sample_bytes}"
+        tok_key = f"{'|'.join(keys)}|{training_key('wordpiece')}|{self.vocab_size_setting}|{self.sample_bytes}"
         tok_file = self.cache_dir / "mlm" / f"tokenizer-{hashlib.sha256(tok_key.encode()).hexdigest()[:16]}.json"
         key = hashlib.sha256(f"{tok_key}|segments|{self.max_length}|shard_bytes:{self.shard_bytes}".encode()).hexdigest()[:16]
         return self.cache_dir / "mlm" / key, tok_file, files, report

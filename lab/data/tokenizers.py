@@ -94,8 +94,19 @@ class HFTokenizer:
             tok.normalizer = normalizers.BertNormalizer(lowercase=True)
             tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             tok.decoder = decoders.WordPiece()
-            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False)
+            texts = list(texts)  # read twice: for the alphabet, then to train
+            first = Tokenizer.from_str(tok.to_str())
+            first.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=1, special_tokens=special_tokens, show_progress=False))
+            # the trainer numbers the "##x" pieces in hash-map order (a new one in every training) and breaks ties
+            # between equally frequent merges by id, so each training gave other ids and merges. Given to it first,
+            # in code point order (its own order for the single characters), they have fixed ids
+            alphabet = sorted(set(first.get_vocab()) - set(special_tokens), key=lambda t: (len(t), t))
+            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens + alphabet, show_progress=False)
         tok.train_from_iterator(texts, trainer)
+        if kind == "wordpiece":  # the alphabet stays in the vocabulary (same ids) but not as special tokens
+            d = json.loads(tok.to_str())
+            d["added_tokens"] = [t for t in d["added_tokens"] if t["content"] in special_tokens]
+            tok = Tokenizer.from_str(json.dumps(d))
         return cls(tok, kind, special_tokens)
 
     @property
@@ -123,6 +134,12 @@ class HFTokenizer:
 
 
 Tok = CharTokenizer | HFTokenizer
+
+
+def training_key(kind: str) -> str:
+    """kind in a cache key of what a trained tokenizer's ids build: "wordpiece2" since WordPiece training is
+    deterministic (HFTokenizer.train), so no cache keeps ids of the earlier per-process vocabularies."""
+    return "wordpiece2" if kind == "wordpiece" else kind
 
 
 def train_tokenizer(kind: str, texts: Iterable[str], special_tokens: list[str], vocab_size: int) -> Tok:
