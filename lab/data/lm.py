@@ -17,6 +17,7 @@ from lab.data.batching import per_device_batch, step_ordered_sampler
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport
 from lab.data.tokenizers import (
+    Rereadable,
     hf_tokenizer_key,
     load_or_train,
     tokenizer_from_hf_dir,
@@ -121,7 +122,8 @@ class LMDataModule(L.LightningDataModule):
                                     "lab puts between documents; give a GPT-2-style tokenizer (lab's LM exports have it)")
                 path.write_text(tok.to_json())
                 return tok
-            return load_or_train(path, self.tokenizer_kind, tokenizer_sample(files, sample), [EOS], self.vocab_size_setting)
+            texts = Rereadable(partial(tokenizer_sample, files, sample))
+            return load_or_train(path, self.tokenizer_kind, texts, [EOS], self.vocab_size_setting)
 
         settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.vocab_size_setting, "tokenizer_sample_bytes": sample}
         if self.tokenizer_from is not None:

@@ -26,7 +26,7 @@ from lab.data.corpora import FilePlan
 from lab.data.shards import MANIFEST, Progress, Shard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.sources.text import normalize_sentence
-from lab.data.tokenizers import load_or_train, tokenizer_from_json, training_key
+from lab.data.tokenizers import Rereadable, load_or_train, tokenizer_from_json, training_key
 from lab.errors import DataError
 
 log = logging.getLogger("lab")
@@ -225,7 +225,7 @@ class MLMDataModule(L.LightningDataModule):
         out, tok_file, files, _ = self._plan()
 
         def make_tokenizer(path: Path):
-            tok = load_or_train(tok_file, "wordpiece", tokenizer_sample(files, self.sample_bytes), BERT_SPECIALS,
+            tok = load_or_train(tok_file, "wordpiece", Rereadable(partial(tokenizer_sample, files, self.sample_bytes)), BERT_SPECIALS,
                                 self.vocab_size_setting)
             path.write_text(tok.to_json())
             return tok

@@ -10,7 +10,7 @@ those lab's code adds itself ([CLS]/[SEP], </s>, <|endoftext|> between documents
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from lab.data.cache import write_once
@@ -63,6 +63,17 @@ class CharTokenizer:
         return json.dumps({"kind": "char", "chars": self.itos[len(self.special_tokens) :], "special_tokens": self.special_tokens})
 
 
+class Rereadable:
+    """Texts read anew from their source at each iteration (WordPiece training reads them twice), so a big
+    sample (data.tokenizer_sample_mb, or all of a corpus) is never held in memory; a one-shot iterator would be."""
+
+    def __init__(self, read: Callable[[], Iterable[str]]):
+        self.read = read
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.read())
+
+
 class HFTokenizer:
     """A trained `tokenizers.Tokenizer` (byte-level BPE or WordPiece)."""
 
@@ -94,7 +105,7 @@ class HFTokenizer:
             tok.normalizer = normalizers.BertNormalizer(lowercase=True)
             tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             tok.decoder = decoders.WordPiece()
-            texts = list(texts)  # read twice: for the alphabet, then to train
+            texts = list(texts) if isinstance(texts, Iterator) else texts  # read twice: the alphabet, then training
             first = Tokenizer.from_str(tok.to_str())
             first.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=1, special_tokens=special_tokens, show_progress=False))
             # the trainer numbers the "##x" pieces in hash-map order (a new one in every training) and breaks ties
