@@ -133,6 +133,9 @@ MUTANTS = [
     ("WordPiece trains without the fixed alphabet order (ids differ per process)", "lab/data/tokenizers.py",
      "special_tokens=special_tokens + alphabet", "special_tokens=special_tokens",
      ["tests/test_data.py::test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process"]),
+    ("WordPiece's second reading of the sample is empty (one-shot iterator)", "lab/data/tokenizers.py",
+     "        self.read = read\n", "        it = iter(read())\n        self.read = lambda: it\n",
+     ["tests/test_mlm_stream.py::test_loaded_documents_stay_one_segment_each_and_the_test_pass_scores_every_segment_once"]),
     # checkpoints and metrics.csv (lab/runtime): a published checkpoint's steps have their rows on disk
     ("periodic checkpoint published before its step's metrics row is logged", "lab/runtime/callbacks/checkpointing.py",
      "self._log_step_metrics_now(trainer)", "pass",
