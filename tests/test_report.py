@@ -140,6 +140,27 @@ def test_variants_take_their_name_when_names_tell_them_apart(tmp_path):
     assert sorted(v.label for v in collect([tmp_path]).variants) == ["base", "fast"]
 
 
+def test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them(tmp_path):
+    """Seeds of one variant written by two lab versions (a class path moved, a setting added): they split into
+    variants unless --ignore sets those keys aside; the report then names each ignored key and its values, and an
+    --ignore entry that matches nothing is said too."""
+    for seed, (logger, extra) in enumerate([("lab.runtime.metrics_csv.X", {}), ("lab.runtime.trainer.metrics_csv.X",
+                                            {"rope_base": 10000.0}), ("lab.runtime.trainer.metrics_csv.X", {"rope_base": 10000.0})]):
+        for lr in (1e-3, 3e-3):
+            write_run(tmp_path / f"lr{lr}-{seed}", {"seed": seed, "logger": {"csv": {"_target_": logger}},
+                                                   "model": {"n_layers": 2, **extra}, "task": {"lr": lr}},
+                      [{"step": 9, "val/loss": 3.0 + lr * 100 + seed / 100}])
+    assert sorted(len(v.runs) for v in collect([tmp_path]).variants) == [1, 1, 2, 2]  # version x lr
+    report = collect([tmp_path], ignore=("logger.", "model.rope_base", "data.shard_mb"))
+    assert report.keys == ["task.lr"] and sorted(len(v.runs) for v in report.variants) == [3, 3]
+    assert report.variants[0].stat("val/loss").mean == pytest.approx(3.1 + 0.01)  # lr 1e-3: seeds 0, 1, 2
+    note = next(line for line in report.intro() if "ignored" in line)
+    assert note.endswith("Grouped across 2 ignored key(s) whose values differ between runs: logger.csv._target_ "
+                    "('lab.runtime.metrics_csv.X', 'lab.runtime.trainer.metrics_csv.X'); model.rope_base (10000.0, None); "
+                    "--ignore data.shard_mb matched no key that varies.")
+    assert "ignored" not in " ".join(collect([tmp_path]).intro())  # without --ignore, nothing said
+
+
 def test_summary_numbers_equal_a_hand_computation(tmp_path):
     values = {(1e-3, 1): 3.0, (1e-3, 2): 3.2, (1e-3, 3): 3.1, (3e-3, 1): 2.8, (3e-3, 2): 2.9, (3e-3, 3): 3.0}
     report = collect([_ablation(tmp_path, values=values)])

@@ -20,6 +20,7 @@ from lab.report.variants import (
     Variant,
     common_step,
     group_variants,
+    ignored_note,
     metric_columns,
     sort_variants,
 )
@@ -96,9 +97,11 @@ def pick_budget(runs: list[Run], metric: str, budget: str, which: str) -> tuple[
 
 
 def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None, budget: str = "common",
-            which: str = "final") -> Report:
+            which: str = "final", ignore: tuple[str, ...] = ()) -> Report:
     """budget: "common" (every run read at the largest step all runs with a value reached) or "finished"
-    (finished runs only, at their end); which: "final" value there, or the "best" one up to there."""
+    (finished runs only, at their end); which: "final" value there, or the "best" one up to there.
+    ignore: config keys (or "prefix." groups) that do not make a variant, e.g. settings that lab added or moved
+    between the runs' versions; the report names them with their values."""
     if budget not in BUDGETS or which not in VALUES:
         raise LabError(f"--budget {budget} --value {which}: choose --budget from {', '.join(BUDGETS)} and "
                        f"--value from {', '.join(VALUES)}")
@@ -115,7 +118,8 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
     columns = metric_columns(runs)
     metric = pick_metric(runs, columns, metric)
     at, budget_note = pick_budget(runs, metric, budget, which)
-    variants, keys = group_variants(runs)
+    variants, keys = group_variants(runs, ignore)
+    budget_note = " ".join(n for n in (budget_note, ignored_note(runs, ignore)) if n)
     for v in variants:
         v.budget = at
     base = pick_baseline(variants, baseline)  # before sorting: "the first" is the first given

@@ -25,7 +25,7 @@ def render(args) -> Path:
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
-    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value)
+    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore))
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
                              "finished: finished runs only, each at its end")
     parser.add_argument("--value", choices=("final", "best"), default="final",
                         help="each run's last value of the metric at the budget, or its best value up to it")
+    parser.add_argument("--ignore", action="extend", nargs="+", default=[], metavar="KEY",
+                        help="config keys that do not make a variant (a key ending in '.' names every key under it), "
+                             "e.g. settings added or moved between the lab versions that wrote the runs; the report "
+                             "names them and their values")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")

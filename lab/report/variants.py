@@ -28,10 +28,32 @@ def is_location(key: str) -> bool:
     return any(n in key for n in NOT_CHOICES) or key.rsplit(".", 1)[-1] in ("name", "id")
 
 
-def choice_keys(runs: list[Run]) -> list[str]:
-    """Config keys whose values differ between runs, other than seeds, locations and names: the choices."""
+def is_ignored(key: str, ignore: tuple[str, ...]) -> bool:
+    """`--ignore model.rope_base` drops that key; `--ignore logger.` every key under logger."""
+    return any(key == i or (i.endswith(".") and key.startswith(i)) for i in ignore)
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Config keys whose values differ between runs, other than seeds, locations and names."""
     keys = sorted({k for r in runs for k in r.config})
     return [k for k in keys if not is_location(k) and not is_seed(k) and len({repr(r.config.get(k)) for r in runs}) > 1]
+
+
+def choice_keys(runs: list[Run], ignore: tuple[str, ...] = ()) -> list[str]:
+    """The varying keys the user did not set aside with --ignore: the choices that make a variant."""
+    return [k for k in varying_keys(runs) if not is_ignored(k, ignore)]
+
+
+def ignored_note(runs: list[Run], ignore: tuple[str, ...]) -> str:
+    """One sentence naming the varying keys --ignore set aside, with their values (runs were grouped across
+    them), and the --ignore entries that matched nothing; "" when --ignore was not given."""
+    if not ignore:
+        return ""
+    dropped = [k for k in varying_keys(runs) if is_ignored(k, ignore)]
+    unused = [i for i in ignore if not any(is_ignored(k, (i,)) for k in varying_keys(runs))]
+    said = "; ".join(f"{k} ({', '.join(sorted({repr(r.config.get(k)) for r in runs}))})" for k in dropped)
+    return (f"Grouped across {len(dropped)} ignored key(s) whose values differ between runs: {said or 'none'}"
+            + (f"; --ignore {' '.join(unused)} matched no key that varies." if unused else "."))
 
 
 def metric_columns(runs: list[Run]) -> list[str]:
@@ -105,11 +127,11 @@ class Variant:
         return median([v for v in per_run if v is not None])
 
 
-def group_variants(runs: list[Run]) -> tuple[list[Variant], list[str]]:
+def group_variants(runs: list[Run], ignore: tuple[str, ...] = ()) -> tuple[list[Variant], list[str]]:
     """-> (variants in first-seen order, the choice keys). A variant is labelled by its runs' `name` when that
     tells the variants apart (one name per variant, a different one for each), else by its choices (the last
-    component of each key)."""
-    keys = choice_keys(runs)
+    component of each key). ignore: keys (or "prefix." groups of keys) that do not make a variant."""
+    keys = choice_keys(runs, ignore)
     by_key: dict[tuple, Variant] = {}
     for r in runs:
         key = tuple(repr(r.config.get(k)) for k in keys)
