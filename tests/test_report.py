@@ -151,13 +151,13 @@ def test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them(t
                                                    "model": {"n_layers": 2, **extra}, "task": {"lr": lr}},
                       [{"step": 9, "val/loss": 3.0 + lr * 100 + seed / 100}])
     assert sorted(len(v.runs) for v in collect([tmp_path]).variants) == [1, 1, 2, 2]  # version x lr
-    report = collect([tmp_path], ignore=("logger.", "model.rope_base", "data.shard_mb"))
+    report = collect([tmp_path], ignore=("logger.", "model.rope_base", "data.shard_mb", "task.l"))  # no dot: the key
     assert report.keys == ["task.lr"] and sorted(len(v.runs) for v in report.variants) == [3, 3]
     assert report.variants[0].stat("val/loss").mean == pytest.approx(3.1 + 0.01)  # lr 1e-3: seeds 0, 1, 2
     note = next(line for line in report.intro() if "ignored" in line)
     assert note.endswith("Grouped across 2 ignored key(s) whose values differ between runs: logger.csv._target_ "
                     "('lab.runtime.metrics_csv.X', 'lab.runtime.trainer.metrics_csv.X'); model.rope_base (10000.0, None); "
-                    "--ignore data.shard_mb matched no key that varies.")
+                    "--ignore data.shard_mb task.l matched no key that varies.")
     assert "ignored" not in " ".join(collect([tmp_path]).intro())  # without --ignore, nothing said
 
 
