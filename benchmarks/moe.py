@@ -22,7 +22,7 @@
 
 On a GPU (--device cuda) everything runs under bf16 autocast (what trainer=gpu does), timings synchronise the
 device, --batch-scale multiplies B and the models' batch size (the CPU shapes are too small to fill a GPU), and the whole-model table adds
-MFU: (6 x active params + 12 x layers x d_model x T) FLOPs per token (PaLM appendix B) x tokens/s / dense bf16 peak.
+MFU: lab.runtime.callbacks.throughput.flops_per_token (6 x active params in matrix products + 12 x layers x d_model x T) x tokens/s / dense bf16 peak.
 
 Each round times every contender once (alternating, so machine load hits all alike); reported: each contender's
 best round, and the median over rounds of its time / the dense layer's time in the same round. Times are wall
@@ -43,7 +43,7 @@ from lab.nn import TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.moe import compute_dtype, grouped_linear, make_moe
 from lab.nn.params import count_parameters
-from lab.runtime.callbacks.throughput import peak_flops
+from lab.runtime.callbacks.throughput import flops_per_token, peak_flops
 from lab.runtime.trainer.memory import keep_freed_memory
 
 B, T, D = 12, 256, 384
@@ -273,7 +273,7 @@ def main() -> None:
         counts = count_parameters(model)
         slower = rates[dense] / rates[name]
         cfg = model.cfg
-        mfu = f"{rates[name] * (6 * counts['active'] + 12 * cfg.n_layers * cfg.d_model * seq) / peak:.1%}" if peak else "-"
+        mfu = f"{rates[name] * flops_per_token(cfg, counts, seq) / peak:.1%}" if peak else "-"
         print(f"{name:<26} {counts['total']:>13,} {counts['active']:>11,} {rates[name]:>9.0f} {slower:>12.2f} {mfu:>6}")
 
 

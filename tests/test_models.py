@@ -54,6 +54,23 @@ def test_swiglu_default_hidden_keeps_parameter_count():
     assert abs(gelu - swiglu) / gelu < 0.02
 
 
+@pytest.mark.parametrize("positions,tied", [("learned", True), ("rotary", False), ("rotary", True)],
+                         ids=["learned-tied", "rotary-untied", "rotary-tied"])
+def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(positions, tied):
+    from lab.runtime.callbacks.throughput import flops_per_token
+
+    V, D, T, L = 50, 32, 16, 2
+    model = GPT(vocab_size=V, d_model=D, n_heads=4, n_layers=L, max_seq_len=T, positions=positions,
+                tie_embeddings=tied, bias=True, ffn="gelu")
+    per_block = (D * 3 * D + 3 * D) + (D * D + D) + (D * 4 * D + 4 * D) + (4 * D * D + D) + 2 * 2 * D  # by hand
+    head = V * D  # the output layer's matrix (the tied embedding's too)
+    total = L * per_block + 2 * D + head + (0 if tied else V * D) + (T * D if positions == "learned" else 0)
+    counts = count_parameters(model)
+    assert counts["total"] == counts["active"] == total
+    assert counts["matmul"] == L * per_block + 2 * D + head  # no token lookup, no position table
+    assert flops_per_token(model.cfg, counts, T) == 6 * counts["matmul"] + 12 * L * D * T
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("norm", "batchnorm", "model.norm='batchnorm' is not supported"),
     ("n_heads", 6, "not divisible by model.n_heads=6"),

@@ -21,7 +21,7 @@ def summarize(run: Path) -> str:
         values = col(key)[1:]  # the first window holds warm-up (and compilation)
         if values:
             parts.append(f"{key.split('/')[1]} {statistics.median(values):.4g} (median of {len(values)})")
-    for key in sorted({k for r in rows for k in r if k.startswith(("val/", "test/"))}):
+    for key in sorted({k for r in rows for k in r if k.startswith(("val/", "test/")) and "/moe/" not in k}):
         values = col(key)
         if values:
             parts.append(f"{key} {values[-1]:.4g}")

@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> float | None:
         model = build_model(cfg.model, datamodule.vocab)
         task = instantiate(cfg.task, model=model)
         task.lab_metadata = metadata_for(resolved, datamodule)  # what lab.generate & co. rebuild the model from
-        compile_model(cfg, model)
+        compile_model(cfg, task)
         counts = task.parameter_counts()
         log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 

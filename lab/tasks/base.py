@@ -125,6 +125,10 @@ class Task(L.LightningModule):
         if settings is not None:
             fully_shard_blocks(self.model, self.device_mesh["data_parallel"], **settings)
 
+    def compile_for_training(self) -> None:
+        """compile=true: torch.compile the model (lab.runtime.trainer.strategies.compile_model calls this)."""
+        self.model.compile()
+
     def aux_loss(self, stage: str) -> torch.Tensor | float:
         """Auxiliary losses the model's layers produced during the last forward (MoE routing losses),
         already weighted, summed for the task loss; 0 for dense models. Logs their sum as `<stage>/aux_loss`

@@ -155,12 +155,14 @@ class MuonAdamW(Optimizer):
     groups; each is split again, so the Muon and AdamW parts keep the task's no-decay rule.
 
     lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
-    keeps them); muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's.
+    keeps them), and fused (torch.optim.AdamW's: one kernel for all its tensors on a GPU; None: torch's choice);
+    muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0):
+                 ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0,
+                 fused: bool | None = None):
         groups = [g if isinstance(g, dict) else {"params": [g]} for g in params]
         muon_groups, adamw_groups = [], []
         for g in groups:
@@ -178,7 +180,8 @@ class MuonAdamW(Optimizer):
                            "give Muon; drop +task/optimizer=muon so that AdamW trains this model")
         self.muon = torch.optim.Muon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
                                      adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay)
-        self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                       fused=fused)
         # the inner optimizers' own group dicts: a schedule that scales self.param_groups scales theirs
         super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
         self._share()

@@ -20,10 +20,18 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
+def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) of a model with lab.nn config `cfg` and parameter counts
+    `counts` (lab.nn.params.count_parameters) at `seq_len` positions: 6 per parameter in a matrix product plus
+    the attention scores and their weighted sum (PaLM appendix B)."""
+    return 6 * counts["matmul"] + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
+
+
 class Throughput(L.Callback):
     """Logs perf/tokens_per_s (this device), perf/tokens_per_s_global (all devices) and perf/mfu every
     `every_n_batches` training batches, measured between batches so data loading counts, and validation
-    does not. FLOPs per token = 6 * active params + 12 * layers * n_heads * head_dim * seq_len (PaLM appendix B; the
+    does not. FLOPs per token = 6 * active params in matrix products (lookup tables left out: an untied token
+    embedding, learned positions; lab.nn.params) + 12 * layers * n_heads * head_dim * seq_len (PaLM appendix B; the
     attention width, d_model unless model.head_dim says otherwise).
     With them perf/tokens_seen (all devices, estimated as this device's count x world size) and
     perf/train_s (seconds of training so far, without validation): both carried across a resume in the
@@ -69,9 +77,7 @@ class Throughput(L.Callback):
         peak = peak_flops(pl_module.device)
         cfg = getattr(pl_module.model, "cfg", None)
         if peak and cfg is not None:
-            active = pl_module.parameter_counts()["active"]
-            flops_per_token = 6 * active + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * self._seq_len
-            metrics["perf/mfu"] = per_device * flops_per_token / peak
+            metrics["perf/mfu"] = per_device * flops_per_token(cfg, pl_module.parameter_counts(), self._seq_len) / peak
         pl_module.log_dict(metrics, on_step=True, on_epoch=False)
         self._t0 = None
 

@@ -142,13 +142,14 @@ def check_trainer(cfg) -> None:
         raise LabError(f"trainer.gradient_clip_algorithm=value is not supported with {kind}; use norm (the default)")
 
 
-def compile_model(cfg, model) -> None:
-    """`compile: true` compiles the whole model, except under FSDP2, where each block is compiled after
-    it is sharded (FSDP2Strategy.compile_blocks follows `compile`): a compiled root would trace FSDP hooks."""
+def compile_model(cfg, task) -> None:
+    """`compile: true` compiles the task's training work (lab.tasks.base.Task.compile_for_training: the model,
+    or a language model with its loss), except under FSDP2, where each block is compiled after it is sharded
+    (FSDP2Strategy.compile_blocks follows `compile`): a compiled root would trace FSDP hooks."""
     if cfg.get("compile"):
         log.info("compile=true: torch.compile compiles the model during the first training step (a minute or more on CPU)")
     if cfg.get("compile") and _strategy_kind(cfg.trainer.get("strategy", "auto")) != "fsdp":
-        model.compile()
+        task.compile_for_training()
 
 
 def pin_child_processes_to_job() -> None:
