@@ -159,7 +159,8 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
                 "qwen3-window": dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)}[name]
         hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**small, "head_dim": 16, **over}))
     elif name.startswith("apertus"):
-        over = {"apertus": dict(hidden_act="relu2", head_dim=16, num_key_value_heads=2, tie_word_embeddings=False),
+        over = {"apertus": dict(hidden_act="relu2", head_dim=16, num_key_value_heads=2, tie_word_embeddings=False,
+                                rms_norm_eps=1e-5),  # ApertusConfig's
                 "apertus-tanh-tied-eps-rope": dict(hidden_act="gelu_pytorch_tanh", rms_norm_eps=0.01, tie_word_embeddings=True,
                                                    rope_parameters={"rope_type": "default", "rope_theta": 50.0})}[name]
         hf = transformers.ApertusForCausalLM(transformers.ApertusConfig(**{**small, **over}))
@@ -210,7 +211,7 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     if name == "apertus":  # the rotary settings left to ApertusConfig (Apertus-8B's: rope_type llama3, theta 1.2e7)
         assert imported.model.cfg.rope_base == 1.2e7 and imported.model.cfg.rope_scaling["factor"] == 8
         config = json.loads((out / "config.json").read_text())
-        del config["rope_parameters"]
+        del config["rope_parameters"], config["rms_norm_eps"]  # ApertusConfig's defaults, not Llama's
         (out / "config.json").write_text(json.dumps(config))
         _compare(out, (ids,), hf)
     if name.endswith("-window"):
