@@ -72,6 +72,13 @@ CASES = {
     # tied; an epsilon (the block norms' and the QK-norm's) and a rotary base far from the defaults
     "qwen3-char-tied-eps-rope": ("Qwen3ForCausalLM", "char", {**LLAMA_LAYOUT, "qk_norm": True, "norm_eps": 0.003,
                                                               "rope_base": 50.0}),
+    # gpt_*_fast's layout (lab.runtime.hf.apertus): QK-norm, a non-gated ReLU² FFN, untied; then the exact GELU,
+    # with GQA, head_dim 12 != 32 / 4, an epsilon and a rotary base far from the defaults
+    "apertus-bpe-relu2-untied": ("ApertusForCausalLM", "bpe", {**LLAMA_LAYOUT, "qk_norm": True, "ffn": "relu_squared",
+                                                               "tie_embeddings": False}),
+    "apertus-bpe-erf-gqa-eps-rope": ("ApertusForCausalLM", "bpe", {**LLAMA_LAYOUT, "qk_norm": True, "ffn": "gelu_erf",
+                                                                   "n_kv_heads": 2, "head_dim": 12, "norm_eps": 0.003,
+                                                                   "rope_base": 50.0}),
 }
 
 
@@ -288,11 +295,15 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({**LLAMA_LAYOUT, "moe": {"num_experts": 4, "top_k": 1, "capacity_factor_eval": None}}, "model.moe.renormalize=true"),
     ({**GPT2_LAYOUT, "n_kv_heads": 2}, "nearest: GPT2LMHeadModel, which needs model.n_kv_heads=4."),
     ({**GPT2_LAYOUT, "head_dim": 16}, "nearest: GPT2LMHeadModel, which needs model.head_dim=8."),
-    # QK-norm is kept: Qwen3 computes it (dropping it would be a bigger change than the layout's settings)
-    ({**GPT2_LAYOUT, "qk_norm": True}, "nearest: Qwen3ForCausalLM, which needs model.positions=rotary "
-                                       "model.norm=rmsnorm model.ffn=swiglu model.bias=false."),
+    # QK-norm is kept: Apertus computes it with GPT-2's GELU (dropping it would be a bigger change than the layout's settings)
+    ({**GPT2_LAYOUT, "qk_norm": True}, "nearest: ApertusForCausalLM, which needs model.positions=rotary "
+                                       "model.norm=rmsnorm model.bias=false."),
+    # gpt_*_fast's layout before the export (LayerNorm, biases, the logit soft-cap lab alone computes)
+    ({"positions": "rotary", "norm": "layernorm", "qk_norm": True, "ffn": "relu_squared", "tie_embeddings": False,
+      "logit_softcap": 30.0}, "nearest: ApertusForCausalLM, which needs model.norm=rmsnorm model.bias=false "
+                              "model.logit_softcap=null."),
 ], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
-        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2"])
+        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2", "softcapped-fast-layout"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

@@ -120,7 +120,8 @@ def bpe():
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-eps", "gpt2-erf", "llama", "llama-bias-tied", "llama-eps-rope",
                                   "llama-gqa-bias", "llama3-rope-scaling", "llama-head-dim", "mixtral", "mixtral-gqa",
-                                  "mistral-gqa", "mistral-window", "qwen3", "qwen3-tied-eps-rope", "qwen3-window"])
+                                  "mistral-gqa", "mistral-window", "qwen3", "qwen3-tied-eps-rope", "qwen3-window",
+                                  "apertus", "apertus-tanh-tied-eps-rope"])
 def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     """-eps / -rope: a norm epsilon and a rotary base far from lab's defaults (Llama 2's 1e-5, Llama 3's 5e5);
     -gqa: grouped-query attention (Llama 3, Mistral, Mixtral), 4 query heads sharing 2 key/value heads;
@@ -128,7 +129,9 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
     llama3-rope-scaling: Llama 3.1's rope_type llama3 (head_dim 8, 64 original positions: a rotary pair in each of
     its three regimes), with GQA; -head-dim / qwen3: heads of head_dim 16, not hidden_size / heads = 8 (Qwen3-0.6B:
     128, not 1024 / 16); qwen3: QK-norm (its gains random, as every norm's here), GQA, untied;
-    qwen3-window: use_sliding_window with the second layer sliding (max_window_layers=1), a window of 16."""
+    qwen3-window: use_sliding_window with the second layer sliding (max_window_layers=1), a window of 16;
+    apertus: QK-norm, ReLU², GQA, head_dim 16, untied, ApertusConfig's own rotary settings (llama3 scaling, theta
+    1.2e7), then its config.json without them (ApertusConfig's defaults); -tanh: the tanh GELU."""
     V = bpe.vocab_size
     small = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -155,6 +158,12 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
                 "qwen3-tied-eps-rope": dict(rms_norm_eps=0.01, tie_word_embeddings=True, rope_theta=50.0),
                 "qwen3-window": dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)}[name]
         hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**small, "head_dim": 16, **over}))
+    elif name.startswith("apertus"):
+        over = {"apertus": dict(hidden_act="relu2", head_dim=16, num_key_value_heads=2, tie_word_embeddings=False,
+                                rms_norm_eps=1e-5),  # ApertusConfig's
+                "apertus-tanh-tied-eps-rope": dict(hidden_act="gelu_pytorch_tanh", rms_norm_eps=0.01, tie_word_embeddings=True,
+                                                   rope_parameters={"rope_type": "default", "rope_theta": 50.0})}[name]
+        hf = transformers.ApertusForCausalLM(transformers.ApertusConfig(**{**small, **over}))
     elif name == "llama-gqa-bias":
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**small, "num_key_value_heads": 2},
                                                                     attention_bias=True, mlp_bias=True))
@@ -197,6 +206,12 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         config |= {"rope_theta": rope["rope_theta"], "rope_scaling": None, "sliding_window": 4,
                    "use_sliding_window": False, "max_window_layers": 1, "torch_dtype": "bfloat16"}
         del config["layer_types"]
+        (out / "config.json").write_text(json.dumps(config))
+        _compare(out, (ids,), hf)
+    if name == "apertus":  # the rotary settings left to ApertusConfig (Apertus-8B's: rope_type llama3, theta 1.2e7)
+        assert imported.model.cfg.rope_base == 1.2e7 and imported.model.cfg.rope_scaling["factor"] == 8
+        config = json.loads((out / "config.json").read_text())
+        del config["rope_parameters"], config["rms_norm_eps"]  # ApertusConfig's defaults, not Llama's
         (out / "config.json").write_text(json.dumps(config))
         _compare(out, (ids,), hf)
     if name.endswith("-window"):
@@ -256,7 +271,7 @@ def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp
     (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
     with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
                                        "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
-                                       "MarianMTModel"):
+                                       "ApertusForCausalLM, MarianMTModel"):
         load(out)
     (out / "tokenizer.json").unlink()
     with pytest.raises(LabError, match="lacks tokenizer.json; lab reads a Hugging Face directory with config.json"):
@@ -280,6 +295,10 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
         head_dim=16, intermediate_size=48, attention_bias=True))
     with pytest.raises(LabError, match="attention_bias=true \\(biases on the attention only\\); lab's model.bias puts"):
         load(_save(qwen3, bpe, tmp_path / "qwen3"))
+    apertus = transformers.ApertusForCausalLM(transformers.ApertusConfig(  # ApertusConfig's default: xIELU
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48))
+    with pytest.raises(LabError, match="hidden_act='xielu'; lab reproduces 'relu2' or 'relu' or 'gelu_pytorch_tanh'"):
+        load(_save(apertus, bpe, tmp_path / "apertus"))
     bert = transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48, hidden_act="relu"))
     with pytest.raises(LabError, match="hidden_act='relu'; lab reproduces 'gelu_new' or 'gelu_pytorch_tanh' or 'gelu' only"):

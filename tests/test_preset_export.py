@@ -1,6 +1,6 @@
 """The shipped presets leave lab: each experiment's model, as its config composes it, exports to a transformers
-class (BERT for the encoders, Pegasus for the translator) and gives transformers the logits lab computes
-(issue 31: every preset exports)."""
+class (BERT for the encoders, Pegasus for the translator, Apertus for the fast LMs) and gives transformers the
+logits lab computes (issue 31: every preset exports)."""
 from __future__ import annotations
 
 import pytest
@@ -69,3 +69,61 @@ def test_shipped_translator_preset_exports_as_pegasus_with_equal_logits(compose,
         theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
     assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gpt_nano_char_fast", "gpt_small_fast"])
+def test_shipped_fast_lm_preset_exports_as_apertus_and_comes_back_bit_exact(compose, name, tmp_path):
+    """The speedrun presets at their own sizes, with their data's tokenizer kind (char, BPE): transformers'
+    logits on a left-padded batch of prompts of other lengths, its batched greedy generate, its tokenizer and a
+    round trip through model.init_from all equal lab's."""
+    from test_export import SAMPLES
+    from test_export_pipelines import TRICKY
+
+    from lab.data.lm import EOS
+    from lab.data.tokenizers import train_tokenizer
+    from lab.models.decoding import generate
+    from lab.runtime.hf.importing import init_from, load
+    from lab.runtime.inference.predict import encode_prompt
+
+    cfg = compose([f"+experiment={name}", "model.init_std=0.1"])  # outputs that vary clearly by input (as above)
+    tok = train_tokenizer(cfg.data.tokenizer, [TEXT * 5], [EOS], 300)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, {"vocab_size": tok.vocab_size}).eval()
+    with torch.no_grad():  # the zero-init projections and head as training leaves them: away from zero
+        for p in model.parameters():
+            if not p.any():
+                p.normal_(0, 0.1)
+    _perturb_norms_and_biases(model)
+    meta = {"config": {"model": dict(cfg.model)}}
+    assert export(model, tok, meta, tmp_path).hf_class == "ApertusForCausalLM"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in SAMPLES + TRICKY:  # as lab.generate reads a prompt (line ends, NFC, unseen characters)
+        assert hf_tok(text)["input_ids"] == encode_prompt(tok, text, 64), repr(text)
+    prompts = ["a gorgeous, moving film", "neither funny nor scary at all, the worst movie", "the"]
+    batch = hf_tok(prompts, return_tensors="pt", padding=True)  # on the left (a causal LM's export)
+    assert (batch.attention_mask[:, 0] == 0).any()
+    with torch.no_grad():
+        theirs = hf(**batch).logits
+        for row, text in enumerate(prompts):
+            ids = torch.tensor([tok.encode(text)])
+            ours = model(ids)[0]
+            assert ours.std() > 0.5  # outputs that vary by position and token: a mapping error would show
+            torch.testing.assert_close(theirs[row, -ids.shape[1]:], ours, atol=1e-4, rtol=0)
+    eos = tok.token_id(EOS)
+    out = hf.generate(**batch, max_new_tokens=16, do_sample=False)[:, batch.input_ids.shape[1]:].tolist()
+    seen = set()
+    for row, text in enumerate(prompts):
+        ours = generate(model, torch.tensor([tok.encode(text)]), 16, temperature=0.0)[0, len(tok.encode(text)):].tolist()
+        n = ours.index(eos) + 1 if eos in ours else len(ours)  # transformers pads the rows after their eos
+        assert out[row][:n] == ours[:n] and n > 4, text
+        seen |= set(ours[:n])
+    assert len(seen) > 4  # continuations that depend on the logits, not one repeated token
+    fresh = build_model(cfg.model, {"vocab_size": tok.vocab_size})  # a run of the preset with model.init_from=<export>
+    init_from(fresh, str(tmp_path), meta)
+    back = load(tmp_path).model
+    for other in (fresh, back):
+        assert [k for k, v in model.state_dict().items() if not torch.equal(v, other.state_dict()[k])] == []
+    ids = torch.randint(0, tok.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(fresh.eval()(ids), model(ids))

@@ -19,14 +19,15 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.hf import bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, tokenizer
+from lab.runtime.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, tokenizer
 
 log = logging.getLogger("lab")
 
 # (class name, module), tried in order, per kind of lab model.
 LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral),
                ("MistralForCausalLM", mistral),  # after Llama: exports of its layout are LlamaForCausalLM
-               ("Qwen3ForCausalLM", qwen3))  # the Llama layout + model.qk_norm
+               ("Qwen3ForCausalLM", qwen3),  # the Llama layout + model.qk_norm
+               ("ApertusForCausalLM", apertus))  # gpt_*_fast's: QK-norm and a non-gated FFN (ReLU²)
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian), ("PegasusForConditionalGeneration", pegasus))
 MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
@@ -34,7 +35,7 @@ CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
 
 AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "AutoModelForCausalLM",
                 "MixtralForCausalLM": "AutoModelForCausalLM", "MistralForCausalLM": "AutoModelForCausalLM",
-                "Qwen3ForCausalLM": "AutoModelForCausalLM",
+                "Qwen3ForCausalLM": "AutoModelForCausalLM", "ApertusForCausalLM": "AutoModelForCausalLM",
                 "MarianMTModel": "AutoModelForSeq2SeqLM",
                 "PegasusForConditionalGeneration": "AutoModelForSeq2SeqLM",
                 "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}

@@ -214,8 +214,8 @@ def init_from(model, path: str, meta: dict) -> None:
     kind = type(model).__name__
     if type(imported.model).__name__ not in wanted.get(kind, ()):
         raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
-                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM -> "
-                       "the LM; "
+                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
+                       "ApertusForCausalLM -> the LM; "
                        "BertForMaskedLM, BertForSequenceClassification -> the classifier; MarianMTModel, "
                        "PegasusForConditionalGeneration -> the translator")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None

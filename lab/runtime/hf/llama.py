@@ -89,13 +89,15 @@ def rope_parameters(cfg) -> dict:
             "original_max_position_embeddings": int(r["original_max_len"])}
 
 
-def backbone_arch(config: dict) -> dict:
-    """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ."""
+def backbone_arch(config: dict, ffns: dict | None = None, act: str = "silu") -> dict:
+    """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ.
+    ffns: the family's hidden_act -> lab's model.ffn (None: Llama's silu -> swiglu); act: hidden_act's default."""
     from lab.errors import LabError  # noqa: PLC0415
     from lab.runtime.hf.importing import setting  # noqa: PLC0415
 
     D, H = config["hidden_size"], config["num_attention_heads"]
-    setting(config, "hidden_act", ("silu",), "silu")
+    ffns = ffns or {"silu": "swiglu"}
+    ffn = ffns[setting(config, "hidden_act", tuple(ffns), act)]
     # transformers 5 writes rope_parameters; older files rope_theta and rope_scaling (type or rope_type)
     rope = config.get("rope_parameters") or {**(config.get("rope_scaling") or {}),
                                              "rope_theta": config.get("rope_theta", 10000.0)}
@@ -118,7 +120,7 @@ def backbone_arch(config: dict) -> dict:
             "max_seq_len": length, "dropout": float(config.get("attention_dropout", 0.0)),
             "norm_eps": float(config.get("rms_norm_eps", 1e-6)), "rope_base": float(rope.get("rope_theta", 10000.0)),
             "rope_scaling": scaling,
-            "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu", "scale_embeddings": False,
+            "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": ffn, "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
 
 

@@ -14,14 +14,21 @@ def check(model) -> list[str]:
     return llama.check(model) + (["model.bias=false"] if cfg.bias else []) + ([] if cfg.qk_norm else ["model.qk_norm=true"])
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
-    config, s = llama.convert(model, meta)
+def qk_norms(model) -> dict:
+    """Each layer's q_norm / k_norm gains (Qwen3's and Apertus's names)."""
+    s = {}
     for i, block in enumerate(model.decoder.layers):
         attn, p = block.self_attn, f"model.layers.{i}.self_attn."
-        # the gains act on each head's features, which the export reorders for Qwen3's half-split rotary pairs
+        # the gains act on each head's features, which the export reorders for the half-split rotary pairs
         # (llama.rotary_to_half; the norm's mean square is order-blind): the gains take the same order
         s[p + "q_norm.weight"] = llama.rotary_to_half(attn.q_norm.weight, 1)
         s[p + "k_norm.weight"] = llama.rotary_to_half(attn.k_norm.weight, 1)
+    return s
+
+
+def convert(model, meta: dict) -> tuple[dict, dict]:
+    config, s = llama.convert(model, meta)
+    s |= qk_norms(model)
     del config["mlp_bias"]  # Qwen3's MLP has no biases, and no setting for them; attention_bias is false
     return {**config, "model_type": "qwen3", "use_sliding_window": False, "sliding_window": None}, s
 
@@ -37,13 +44,18 @@ def sliding_window(config: dict) -> int | None:
     return config["sliding_window"] if "sliding_attention" in types else None
 
 
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """Qwen3ForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
+def refuse_attention_bias(config: dict) -> None:
+    """attention_bias=true in a family whose MLP has no biases (Qwen3, Apertus): one error."""
     from lab.errors import LabError  # noqa: PLC0415
 
     if config.get("attention_bias", False):
         raise LabError("config.json has attention_bias=true (biases on the attention only); lab's model.bias puts "
                        "them on the feed-forward layers too, so lab cannot reproduce this model")
+
+
+def arch(config: dict, state: dict, name: str, tok) -> dict:
+    """Qwen3ForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
+    refuse_attention_bias(config)
     # a sliding window longer than the context is no window; a shorter one becomes the context (as for Mistral)
     backbone = llama.backbone_arch({**config, "sliding_window": sliding_window(config)})
     return {**backbone, "d_ff": config["intermediate_size"], "bias": False, "qk_norm": True}
