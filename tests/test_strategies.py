@@ -63,12 +63,23 @@ def test_fsdp_config_builds_the_fsdp2_strategy_with_mixed_precision(compose):
         (["trainer=ddp_cpu", "trainer.precision=16-mixed"], "float16 autocast needs a CUDA GPU"),
         (["trainer=fsdp_cpu", "+trainer.gradient_clip_algorithm=value"], "gradient_clip_algorithm=value"),
         (["trainer=fsdp_cpu", "+trainer.strategy.shard_size=2"], "FSDP2Strategy has no argument.*shard_size"),
+        (["trainer.precision=bf16-mixed", "+task.optimizer.fused=true"], "fused=true cannot be combined with trainer.gradient_clip_val=1.0"),
     ],
-    ids=["deepspeed-on-cpu", "fsdp-fp16-on-cpu", "ddp-fp16-on-cpu", "fsdp-clip-by-value", "fsdp-unknown-argument"],
+    ids=["deepspeed-on-cpu", "fsdp-fp16-on-cpu", "ddp-fp16-on-cpu", "fsdp-clip-by-value", "fsdp-unknown-argument",
+         "fused-adamw-clipped-under-autocast"],
 )
 def test_impossible_combinations_are_refused(compose, overrides, message):
     with pytest.raises(LabError, match=message):
         check_trainer(compose(["+experiment=gpt_nano_char", *overrides]))
+
+
+@pytest.mark.parametrize("overrides", [
+    ["trainer.precision=bf16-mixed", "+task.optimizer.fused=true", "trainer.gradient_clip_val=null"],
+    ["trainer.precision=32-true", "+task.optimizer.fused=true"],
+    ["trainer.precision=bf16-mixed", "+task/optimizer=muon", "+task.optimizer.fused=true"],  # its own step: clipped
+], ids=["fused-unclipped", "fused-fp32", "muon-adamw-fused"])
+def test_fused_optimizers_that_lightning_clips_or_that_are_not_clipped_pass(compose, overrides):
+    check_trainer(compose(["+experiment=gpt_nano_char", *overrides]))
 
 
 def test_fsdp_refuses_fp16_even_on_gpu(compose, pretend_cuda):

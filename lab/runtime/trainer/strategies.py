@@ -140,6 +140,14 @@ def check_trainer(cfg) -> None:
                        f"sharded float16 grad scaler); choose one of {', '.join(FSDP_PRECISIONS)}")
     if kind in ("fsdp", "deepspeed") and t.get("gradient_clip_algorithm") == "value":
         raise LabError(f"trainer.gradient_clip_algorithm=value is not supported with {kind}; use norm (the default)")
+    optimizer = (cfg.get("task") or {}).get("optimizer") or {}
+    if optimizer.get("fused") and t.get("gradient_clip_val") and precision.endswith("-mixed") \
+            and not str(optimizer.get("_target_", "")).startswith("lab."):
+        # Lightning's mixed-precision plugin refuses to clip the gradients of an optimizer that unscales them
+        # itself (torch's fused ones), even under bf16 where nothing is scaled (found on an H100, issue 32)
+        raise LabError(f"task.optimizer.fused=true cannot be combined with trainer.gradient_clip_val="
+                       f"{t.get('gradient_clip_val')} under trainer.precision={precision} (Lightning does not clip a "
+                       "fused optimizer's gradients); set trainer.gradient_clip_val=null, or drop task.optimizer.fused")
 
 
 def compile_model(cfg, task) -> None:
