@@ -8,9 +8,12 @@ The model, the optimizer (with lab's parameter groups: lab.tasks.base.Task.confi
 schedule are the experiment's own; batches are random ids of the experiment's batch x max_seq_len. On a GPU the
 step runs under bf16 autocast (trainer=gpu's bf16-mixed). A step = forward, cross-entropy (+ MoE routing losses), backward, gradient
 clipping at 1.0 (trainer.gradient_clip_val), optimizer and schedule step. Variants, each timed in turn:
-  base           what lab.train does: the model compiled when the config says compile=true, the loss outside it
-  loss_compiled  the model and the loss (logits upcast, cross-entropy) compiled as one function
-  adamw          AdamW (fused on a GPU) on every parameter instead of the experiment's optimizer
+  base            what lab.train does: with compile=true the model and the loss compiled as one function
+                  (lab.tasks.language_model.LanguageModelTask.compile_for_training), else eager
+  loss_compiled   the model and the loss (logits upcast, cross-entropy) compiled as one function
+  model_compiled  the model compiled, the loss outside it (lab.train's compile=true before 69a724c)
+  adamw           as model_compiled, with AdamW (fused on a GPU) on every parameter instead of the experiment's
+                  optimizer
 MFU = tokens/s x lab.runtime.callbacks.throughput.flops_per_token / the device's dense bf16 peak. --profile
 prints the top kernels of three steps of the last variant (torch.profiler).
 """
@@ -51,9 +54,9 @@ def build(cfg, variant: str, device: torch.device):
         loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
         return loss + sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
 
-    if variant == "loss_compiled":
+    if variant == "loss_compiled" or (variant == "base" and cfg.get("compile")):
         loss_fn = torch.compile(loss_fn)
-    elif cfg.get("compile"):
+    elif variant in ("model_compiled", "adamw"):
         model.compile()
     return model, optimizer, scheduler, loss_fn
 
@@ -108,7 +111,7 @@ def run(cfg, variant: str, device: torch.device, steps: int, profile: bool) -> f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +experiment=gpt2_small_fast_gpu")
-    parser.add_argument("--variants", default="base,loss_compiled,adamw")
+    parser.add_argument("--variants", default="base,model_compiled,adamw")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()

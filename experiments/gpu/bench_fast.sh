@@ -3,7 +3,7 @@
 # recipe, compiled) tokens/s and MFU, each change on its own; FSDP2 on one GPU (with validation's cached decoding);
 # MoE at GPT-2 scale vs its dense twin. Short runs: STEPS training steps (default 100: the first 10-step window
 # holds compilation, the median of the other windows is reported), a few validation and test batches.
-#   bash experiments/gpu/bench_fast.sh [dense|moe|all]        (results: experiments/gpu/README.md)
+#   bash experiments/gpu/bench_fast.sh [dense|loop|moe|all]        (results: experiments/gpu/README.md)
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 PY=${PY:-python3}
@@ -25,15 +25,19 @@ if [[ $part == dense || $part == all ]]; then
   run base_eager +experiment=gpt2_small_gpu
   run base_compiled +experiment=gpt2_small_gpu compile=true
   run fast_compiled +experiment=gpt2_small_fast_gpu
-  run fast_eager +experiment=gpt2_small_fast_gpu compile=false
+  run fast_compiled_b64 +experiment=gpt2_small_fast_gpu data.batch_size=64
   run base_fsdp2 +experiment=gpt2_small_gpu trainer=fsdp
-  run fast_compiled_adamw +experiment=gpt2_small_fast_gpu $adamw
-  run base_compiled_fused +experiment=gpt2_small_gpu compile=true +task.optimizer.fused=true
 fi
-if [[ $part == moe || $part == all ]]; then
-  run moe_dense_eager +experiment=gpt2_small_moe_gpu model.moe=null model.d_ff=2048
-  run moe_eager +experiment=gpt2_small_moe_gpu
-  run moe_dense_compiled +experiment=gpt2_small_moe_gpu model.moe=null model.d_ff=2048 compile=true
-  run moe_compiled +experiment=gpt2_small_moe_gpu compile=true
+if [[ $part == loop || $part == all ]]; then  # the plain-loop reference (benchmarks/train_step.py)
+  B="timeout -k 5 ${RUN_TIMEOUT:-240} $PY benchmarks/train_step.py"
+  $B +experiment=gpt2_small_fast_gpu --variants adamw,loss_compiled,model_compiled --profile
+  $B +experiment=gpt2_small_gpu compile=true +task.optimizer.fused=true --variants model_compiled,loss_compiled
+fi
+if [[ $part == moe || $part == all ]]; then  # plain loop, eager and compiled, MoE vs its dense twin
+  B="timeout -k 5 ${RUN_TIMEOUT:-240} $PY benchmarks/train_step.py"
+  for variant in base model_compiled; do  # eager (compile is false in the preset), then the model compiled
+    $B +experiment=gpt2_small_moe_gpu model.moe=null model.d_ff=2048 --variants $variant
+    $B +experiment=gpt2_small_moe_gpu --variants $variant
+  done
 fi
 $PY experiments/gpu/summarize.py $RUNS/gpu/*/*
