@@ -21,7 +21,9 @@ declare -A REMOVE=(  # on +experiment=gpt_nano_char_fast
   [no_relu_squared]="model.ffn=gelu"
   [no_untied_head]="model.tie_embeddings=true"
   [no_zero_init]="model.zero_init_proj=false"
-  [no_softcap]="model.logit_softcap=null"
+  # the preset's layout before issue 31 made it exportable (Apertus): a soft-cap, LayerNorm with biases
+  [with_softcap]="model.logit_softcap=30"
+  [layernorm_bias]="model.norm=layernorm model.bias=true"
 )
 declare -A ADD=(  # on +experiment=gpt_nano_char
   [baseline]=""
@@ -36,7 +38,7 @@ declare -A ADD=(  # on +experiment=gpt_nano_char
 )
 if [ "$STUDY" = remove ]; then
   EXPERIMENT=gpt_nano_char_fast; BASE=fast
-  DEFAULT="fast no_muon no_wsd no_rotary no_qk_norm no_relu_squared no_untied_head no_zero_init no_softcap"
+  DEFAULT="fast no_muon no_wsd no_rotary no_qk_norm no_relu_squared no_untied_head no_zero_init with_softcap layernorm_bias"
 else
   EXPERIMENT=gpt_nano_char; BASE=baseline
   DEFAULT="baseline add_muon add_wsd add_rotary add_qk_norm add_relu_squared add_untied_head add_zero_init add_softcap"
