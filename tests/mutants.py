@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DECODING = "tests/test_decoding.py"
 RESUME_LM = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[lm-accum2]"
+FLOPS = "tests/test_models.py::test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables"
 RESUME_CLS = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
 
 MUTANTS = [
@@ -150,6 +151,14 @@ MUTANTS = [
     ("metrics.csv not fsynced before a checkpoint", "lab/runtime/trainer/metrics_csv.py",
      "os.fsync(f.fileno())", "pass",
      ["tests/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced"]),
+    # lab/nn/params.py, lab/runtime/trainer/strategies.py (issue 32 item 4: MFU, fused optimizers)
+    ("MFU counts a tied embedding as a lookup", "lab/nn/params.py",
+     "and id(p) not in in_products}", "}", [FLOPS]),
+    ("MFU counts learned positions as matrix products", "lab/nn/params.py",
+     "nn.Embedding | LearnedPositions)", "nn.Embedding)", [FLOPS]),
+    ("fused optimizer refused also when Lightning clips it", "lab/runtime/trainer/strategies.py",
+     "and not str(optimizer.get(\"_target_\", \"\")).startswith(\"lab.\")", "",
+     ["tests/test_strategies.py::test_fused_optimizers_that_lightning_clips_or_that_are_not_clipped_pass"]),
 ]
 
 
