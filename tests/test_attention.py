@@ -8,9 +8,9 @@ import torch
 
 from lab.models.gpt import GPT
 from lab.nn import KVCache, TransformerConfig, TransformerStack
-from lab.nn.positions import RotaryEmbedding, sinusoidal_table
+from lab.nn.positions import RelativePositionBias, RotaryEmbedding, relative_bucket, sinusoidal_table
 
-POSITIONS = ["learned", "sinusoidal", "rotary", "none"]
+POSITIONS = ["learned", "sinusoidal", "rotary", "relative", "none"]
 
 
 def tiny_gpt(**over) -> GPT:
@@ -40,6 +40,51 @@ def test_kv_cache_decoding_equals_full_recomputation(positions):
     steps = [model(ids[:, :5], caches)]  # prefill a 5-token prompt, then one token at a time
     steps += [model(ids[:, t : t + 1], caches) for t in range(5, 20)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize(("bidirectional", "distances", "buckets"), [
+    # 8 buckets, 4 per direction: distances 0 and 1 exact, then 2 + floor(ln(|d|/2) / ln(12/2) * 2), at most 3;
+    # keys ahead (d > 0) 4 buckets further
+    (True, [0, -1, 1, -2, -3, -5, -6, -12, -30, 5, 30], [0, 1, 5, 2, 2, 3, 3, 3, 3, 7, 7]),
+    # causal, 8 buckets back: 0..3 exact, then 4 + floor(ln(|d|/4) / ln(12/4) * 4), at most 7; keys ahead: 0
+    (False, [0, -3, -4, -5, -6, -7, -12, 3], [0, 3, 4, 4, 5, 6, 7, 0]),
+], ids=["encoder", "decoder"])
+def test_t5_relative_buckets_match_a_hand_computation(bidirectional, distances, buckets):
+    got = relative_bucket(torch.tensor(distances), bidirectional, num_buckets=8, max_distance=12)
+    assert got.tolist() == buckets
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+def test_relative_bias_attention_equals_a_naive_loop(causal):
+    """softmax(scale * q.k + bias[h, bucket(key - query)]) over allowed keys, one (row, head, query) at a time; the
+    second row's last 3 keys are padding, the queries start at position 2 (a cache holds 2 earlier ones)."""
+    from lab.nn.attention import MultiHeadAttention, causal_mask
+
+    torch.manual_seed(0)
+    H, hd, T, start = 2, 4, 5, 2
+    attn = MultiHeadAttention(8, H, bias=False, scale=1.0).eval()
+    rel = RelativePositionBias(H, num_buckets=8, max_distance=12, bidirectional=not causal)
+    torch.nn.init.normal_(rel.weight, std=2.0)
+    x, past = torch.randn(2, T, 8), torch.randn(2, start, 8)
+    keep = torch.ones(2, start + T, dtype=torch.bool)
+    keep[1, -3:] = False
+    allowed = keep[:, None, None, :] & (causal_mask(T, start + T, "cpu") if causal else True)
+    cache = KVCache(2, H, hd, 16, torch.float32, "cpu")
+    attn(past, cache=cache)  # fill the first 2 positions
+    got = attn(x, mask=rel(T, start, allowed), cache=cache)
+    q, k, v = attn.qkv_proj(torch.cat([past, x], 1)).detach().split(H * hd, -1)
+    weight, expected = rel.weight.detach(), torch.zeros(2, T, H * hd)
+    for b in range(2):
+        for h in range(H):
+            for i in range(T):
+                heads = slice(h * hd, (h + 1) * hd)
+                scores = []
+                for j in range(start + T):
+                    bucket = relative_bucket(torch.tensor(j - (start + i)), not causal, 8, 12)
+                    ok = bool(keep[b, j]) and (not causal or j <= start + i)
+                    scores.append(q[b, start + i, heads] @ k[b, j, heads] + weight[bucket, h] if ok else -math.inf)
+                expected[b, i, heads] = torch.softmax(torch.tensor(scores), 0) @ v[b, :, heads]
+    torch.testing.assert_close(got, attn.out_proj(expected).detach(), atol=1e-5, rtol=1e-5)
 
 
 def test_kv_cache_chunked_prefill_masks_within_the_chunk():

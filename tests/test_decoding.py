@@ -24,6 +24,10 @@ LAYOUTS = {
     "vanilla": dict(norm_placement="post", positions="sinusoidal", ffn="relu", scale_embeddings=True),
     # grouped-query attention: 4 query heads share 2 key/value heads, in self- and cross-attention and their caches
     "modern-gqa": dict(norm_placement="pre", positions="rotary", ffn="swiglu", n_kv_heads=2),
+    # T5's (translator_small_moe's): the relative position bias with few buckets, so the 10 positions here reach
+    # its logarithmic buckets, and unscaled attention
+    "t5": dict(norm_placement="pre", norm="rmsnorm", positions="relative", relative_buckets=8, relative_max_distance=12,
+               attention_scale=1.0, ffn="relu", bias=False),
 }
 LIVELY = dict(init_std=0.3, tie_embeddings=False)
 
@@ -69,7 +73,7 @@ def test_translator_cached_steps_give_the_recomputed_logits(layout):
     assert full.argmax(-1).unique().numel() > 3, "the model should say something"
 
 
-@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rotary", "none"])
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rotary", "relative", "none"])
 def test_gpt_cached_steps_and_chunks_give_the_recomputed_logits(positions):
     model = gpt(positions)
     ids = torch.randint(0, 12, (3, 20), generator=torch.Generator().manual_seed(2))
@@ -106,7 +110,7 @@ def test_greedy_equals_a_naive_loop_and_some_rows_stop_at_eos(layout, use_cache)
     assert min(lengths) < 6 and max(lengths) == 6, f"need rows that stop at eos and rows that hit the limit: {lengths}"
 
 
-@pytest.mark.parametrize("positions", ["learned", "rotary"])
+@pytest.mark.parametrize("positions", ["learned", "rotary", "relative"])
 def test_gpt_generation_equals_a_naive_sliding_loop(positions):
     """Greedy past the context window: the documented rule (when the context would exceed the window, it
     restarts from the last window/2 tokens) written as a plain loop over full recomputations."""

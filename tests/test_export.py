@@ -160,12 +160,22 @@ MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="p
 PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
 
 
+# T5's layout with Switch experts (translator_small_moe's); few buckets, so these sentences reach the logarithmic ones
+SWITCH_LAYOUT = dict(positions="relative", relative_buckets=8, relative_max_distance=12, attention_scale=1.0,
+                     norm="rmsnorm", norm_placement="pre", bias=False, scale_embeddings=False)
+SWITCH_MOE = dict(num_experts=4, top_k=1, capacity_factor_eval=None)
 TRANSLATORS = {  # layout, the class that reproduces it
     "relu-tied": ({**MARIAN_LAYOUT, "ffn": "relu"}, "MarianMTModel"),
     "gelu-untied-nobias": ({**MARIAN_LAYOUT, "ffn": "gelu", "bias": False, "tie_embeddings": False}, "MarianMTModel"),
     "prenorm-gelu-tied": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "gelu"}, "PegasusForConditionalGeneration"),
     "prenorm-relu-untied-nobias": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "relu", "bias": False,
                                     "tie_embeddings": False}, "PegasusForConditionalGeneration"),
+    "switch-relu-tied-every-2nd": ({**SWITCH_LAYOUT, "ffn": "relu", "moe": {**SWITCH_MOE, "every_n": 2}, "init_std": 0.3},
+                                   "SwitchTransformersForConditionalGeneration"),
+    # heads 16 wide over d_model 32 (Switch's d_kv), experts in every layer, an untied output projection
+    "switch-gelu-untied-every-layer-head16": ({**SWITCH_LAYOUT, "ffn": "gelu", "head_dim": 16, "tie_embeddings": False,
+                                               "norm_eps": 1e-5, "moe": {**SWITCH_MOE, "every_n": 1}},
+                                              "SwitchTransformersForConditionalGeneration"),
 }
 
 
@@ -174,12 +184,14 @@ def translator(request, tmp_path_factory):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     layout, hf_class = TRANSLATORS[request.param]
     torch.manual_seed(0)
-    model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, init_std=0.1,
-                           **layout).eval()
+    model = EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
+                           **{"init_std": 0.1, **layout}).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
+            if "router" in name:  # routers that spread these few tokens over the experts
+                p.normal_(0.0, 2.0)
     out = tmp_path_factory.mktemp(request.param)
     assert export(model, tok, {}, out).hf_class == hf_class
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
@@ -197,6 +209,9 @@ def test_translator_logits_equal_lab_with_padded_sources(translator):
         ours = model(src, tgt)
         theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
     assert ours.std() > 0.5
+    # Switch: every MoE layer sent these tokens to at least 3 of its 4 experts, so a wrongly numbered expert shows
+    moe = [b.ffn for stack in (model.encoder, model.decoder) for b in stack.layers if hasattr(b.ffn, "router")]
+    assert all(int((f.routing_stats["expert_fraction"] > 0).sum()) >= 3 for f in moe)
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
 
 

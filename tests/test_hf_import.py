@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_export import CASES, MARIAN_LAYOUT, PAIRS, SPECIALS, TEXT, _model, _perturbed, _tokenizer
+from test_export import CASES, MARIAN_LAYOUT, PAIRS, SPECIALS, TEXT, TRANSLATORS, _model, _perturbed, _tokenizer
 
 from lab.data.tokenizers import HFTokenizer
 from lab.errors import LabError
@@ -33,6 +33,9 @@ def _same_model(a, b):
     assert ca == cb
     if moe_a is not None:  # the settings that change the function (the rest are training settings)
         for layer_a, layer_b in zip(a.decoder.layers, b.decoder.layers):
+            if not hasattr(layer_a.ffn, "router"):  # a dense layer between MoE ones (every_n > 1)
+                assert not hasattr(layer_b.ffn, "router")
+                continue
             assert layer_a.ffn.renormalize == layer_b.ffn.renormalize
             for k in ("num_experts", "top_k", "capacity_factor_eval", "gate", "router", "num_shared"):
                 assert getattr(layer_a.ffn.moe, k) == getattr(layer_b.ffn.moe, k), k
@@ -64,6 +67,25 @@ def test_translator_round_trip_is_bit_exact(ffn, placement, tmp_path):
     back = load(tmp_path).model
     _same_model(model, back)
     assert (back.pad_id, back.bos_id, back.eos_id) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("case", [c for c in TRANSLATORS if c.startswith("switch")])
+def test_switch_round_trip_is_bit_exact(case, tmp_path):
+    """T5's layout with Switch experts: the relative position tables, the experts and the shared embedding (tied: the
+    file's lm_head is its own copy, which comes back as the one tied parameter) come back bit for bit."""
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
+    layout, _ = TRANSLATORS[case]
+    torch.manual_seed(0)
+    model = _perturbed(EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=4, n_heads=4, max_seq_len=64,
+                                      **{"init_std": 0.1, **layout}))
+    export(model, tok, {}, tmp_path)
+    back = load(tmp_path).model
+    _same_model(model, back)
+    assert (back.lm_head.weight is back.src_embed.tokens.weight) == model.cfg.tie_embeddings
+    src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(back(src, tgt), model(src, tgt))
 
 
 @pytest.mark.parametrize("kind", ["mlm", "classifier", "mlm-erf-eps"])
@@ -255,6 +277,46 @@ def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
         ours, theirs = imported.model(src, tgt), hf(input_ids=src, decoder_input_ids=tgt).logits
     assert ours.std() > 0.1
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied-t5-output-scale", "untied"])
+def test_a_transformers_switch_model_imports_with_its_logits(tied, tmp_path):
+    """SwitchTransformersForConditionalGeneration as transformers makes it: experts on layers 1 and 3 of 4 per stack,
+    heads 16 wide over d_model 32, T5's relative bias; tied, its decoder output is scaled by d_model^-0.5 (folded
+    into lab's untied output projection). Its capacity (16 per sequence and expert) is more than these 15 tokens."""
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
+    config = transformers.SwitchTransformersConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_kv=16, d_ff=48, num_heads=3, num_layers=4, num_decoder_layers=4,
+        num_sparse_encoder_layers=2, num_sparse_decoder_layers=2, num_experts=4, expert_capacity=16,
+        relative_attention_num_buckets=8, relative_attention_max_distance=12, dropout_rate=0.0,
+        layer_norm_epsilon=1e-5, tie_word_embeddings=tied, decoder_start_token_id=0)
+    hf = _randomised(transformers.SwitchTransformersForConditionalGeneration(config))
+    with torch.no_grad():  # T5's embedding init is N(0, 1); untied, transformers 5 keeps the stacks' own copies
+        hf.shared.weight.mul_(10.0)
+        hf.encoder.embed_tokens.weight.copy_(hf.shared.weight)
+        hf.decoder.embed_tokens.weight.copy_(hf.shared.weight)
+    out = _save(hf, tok, tmp_path)
+    src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    tgt[:, 0] = 0  # T5 starts the decoder with the pad id
+    src[1, 10:] = 0  # a padded source
+    model = load(out).model
+    assert [hasattr(b.ffn, "router") for b in model.decoder.layers] == [False, True, False, True]
+    with torch.no_grad():
+        ours, theirs = model(src, tgt), hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.1
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_a_switch_model_lab_cannot_reproduce_is_refused(tmp_path):
+    """Stacks of different depths, or experts not on every n-th layer, would load as another model: refused."""
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
+    config = transformers.SwitchTransformersConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_kv=8, d_ff=48, num_heads=4, num_layers=2, num_decoder_layers=3,
+        num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, num_experts=2)
+    out = _save(transformers.SwitchTransformersForConditionalGeneration(config), tok, tmp_path)
+    with pytest.raises(LabError, match=r"stacks have 2 and 3 layers, experts on layers \[1\] and \[1\]; lab's"):
+        load(out)
 
 
 # ---------------------------------------------------------------------------------------------- refusals

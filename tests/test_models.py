@@ -54,8 +54,8 @@ def test_swiglu_default_hidden_keeps_parameter_count():
     assert abs(gelu - swiglu) / gelu < 0.02
 
 
-@pytest.mark.parametrize("positions,tied", [("learned", True), ("rotary", False), ("rotary", True)],
-                         ids=["learned-tied", "rotary-untied", "rotary-tied"])
+@pytest.mark.parametrize("positions,tied", [("learned", True), ("rotary", False), ("rotary", True), ("relative", True)],
+                         ids=["learned-tied", "rotary-untied", "rotary-tied", "relative-tied"])
 def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(positions, tied):
     from lab.runtime.callbacks.throughput import flops_per_token
 
@@ -64,7 +64,8 @@ def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(pos
                 tie_embeddings=tied, bias=True, ffn="gelu")
     per_block = (D * 3 * D + 3 * D) + (D * D + D) + (D * 4 * D + 4 * D) + (4 * D * D + D) + 2 * 2 * D  # by hand
     head = V * D  # the output layer's matrix (the tied embedding's too)
-    total = L * per_block + 2 * D + head + (0 if tied else V * D) + (T * D if positions == "learned" else 0)
+    table = {"learned": T * D, "relative": 32 * 4}.get(positions, 0)  # positions' lookup table: T x D, buckets x heads
+    total = L * per_block + 2 * D + head + (0 if tied else V * D) + table
     counts = count_parameters(model)
     assert counts["total"] == counts["active"] == total
     assert counts["matmul"] == L * per_block + 2 * D + head  # no token lookup, no position table
@@ -74,13 +75,16 @@ def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(pos
 @pytest.mark.parametrize("field,value,message", [
     ("norm", "batchnorm", "model.norm='batchnorm' is not supported"),
     ("n_heads", 6, "not divisible by model.n_heads=6"),
-    ("positions", "alibi", "choose one of learned, sinusoidal, rotary, none"),
+    ("positions", "alibi", "choose one of learned, sinusoidal, rotary, relative, none"),
+    ("relative_buckets", 2, "relative positions need model.relative_buckets >= 4"),
+    ("relative_max_distance", 16, "model.relative_max_distance > relative_buckets / 2, got 32 and 16"),
+    ("attention_scale", 0.0, "model.attention_scale must be positive, or null for 1/sqrt"),
     ("dropout", 1.5, "model.dropout must be in"),
     ("rope_scaling", {"factor": 8}, "model.rope_scaling={'factor': 8} needs the numbers factor, low_freq_factor"),
 ])
 def test_bad_architecture_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
-        TransformerConfig.from_kwargs(**{"d_model": 40, "n_heads": 4, field: value})
+        TransformerConfig.from_kwargs(**{"d_model": 40, "n_heads": 4, "positions": "relative", field: value})
 
 
 def test_unknown_model_field_is_refused_with_the_known_ones():

@@ -1,6 +1,6 @@
 """The shipped presets leave lab: each experiment's model, as its config composes it, exports to a transformers
-class (BERT for the encoders, Pegasus for the translator, Apertus for the fast LMs) and gives transformers the
-logits lab computes (issue 31: every preset exports)."""
+class (BERT for the encoders, Pegasus for the translator, SwitchTransformers for its MoE twin, Apertus for the
+fast LMs) and gives transformers the logits lab computes (issue 31: every preset exports)."""
 from __future__ import annotations
 
 import pytest
@@ -67,6 +67,33 @@ def test_shipped_translator_preset_exports_as_pegasus_with_equal_logits(compose,
     with torch.no_grad():
         ours = model(src, tgt)
         theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+def test_shipped_moe_translator_preset_exports_as_switch_with_equal_logits(compose, tmp_path):
+    """translator_small_moe at its own size (2+2 layers x 128, 8 experts on layer 2 of each side): transformers'
+    SwitchTransformers gives lab's eval logits on a padded batch, with its routers spreading the tokens."""
+    cfg = compose(["+experiment=translator_small_moe", "model.init_std=0.1"])
+    tok = HFTokenizer.train([TEXT] * 10, ["<pad>", "<s>", "</s>"], vocab_size=150, kind="bpe")
+    torch.manual_seed(0)
+    model = build_model(cfg.model, {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 1, "eos_id": 2}).eval()
+    _perturb_norms_and_biases(model)
+    with torch.no_grad():
+        for key, p in model.named_parameters():
+            if "router" in key:
+                p.normal_(0.0, 1.0)
+    meta = {"config": {"model": dict(cfg.model)}}
+    assert export(model, tok, meta, tmp_path).hf_class == "SwitchTransformersForConditionalGeneration"
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    rows = [tok.encode(t)[:30] + [2] for t in ("a gorgeous, moving film", "neither funny nor scary at all, the worst")]
+    src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded
+    tgt = torch.tensor([[1, *tok.encode("the worst movie of the year")[:8]], [1, *tok.encode("a moving film, funny")[:8]]])
+    with torch.no_grad():
+        ours = model(src, tgt)
+        theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    moe = [b.ffn for stack in (model.encoder, model.decoder) for b in stack.layers if hasattr(b.ffn, "router")]
+    assert len(moe) == 2 and all(int((f.routing_stats["expert_fraction"] > 0).sum()) >= 2 for f in moe)  # experts differ
     assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
 

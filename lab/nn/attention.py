@@ -71,11 +71,13 @@ class MultiHeadAttention(nn.Module):
         qk_norm: tuple[nn.Module, nn.Module] | None = None,
         n_kv_heads: int | None = None,
         head_dim: int | None = None,
+        scale: float | None = None,
     ):
         """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none.
         n_kv_heads: key/value heads (grouped-query attention), each shared by n_heads / n_kv_heads consecutive
         query heads (key head j serves query heads j*g .. j*g+g-1, as Llama's repeat_kv); None: n_heads.
-        head_dim: each head's width (Qwen3: not d_model / n_heads); None: d_model // n_heads."""
+        head_dim: each head's width (Qwen3: not d_model / n_heads); None: d_model // n_heads.
+        scale: the factor on q.k (T5: 1.0); None: 1/sqrt(head_dim)."""
         super().__init__()
         self.n_heads, self.head_dim = n_heads, head_dim or d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -90,7 +92,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj.is_residual_proj = True
         self.rotary = None if cross else rotary  # source and target positions are unrelated
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
-        self.dropout = dropout
+        self.dropout, self.scale = dropout, scale
 
     def _heads(self, x: torch.Tensor, *counts: int) -> tuple[torch.Tensor, ...]:
         B, T, _ = x.shape  # [B, T, sum(counts) * hd] -> [B, n, T, hd] for each n of counts
@@ -108,7 +110,9 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x: [B, T, D]; memory: [B, S, D] (cross only); mask: bool broadcastable to [B, H, T, S]."""
+        """x: [B, T, D]; memory: [B, S, D] (cross only); mask broadcastable to [B, H, T, S]: bool (True = may
+        attend), or float, added to the logits (a relative position bias with -inf where not allowed; the caller
+        has applied causality then)."""
         B, T, _ = x.shape
         if self.cross:
             (q,) = self._heads(self.q_proj(x), self.n_heads)
@@ -130,7 +134,9 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
 
         use_is_causal = False
-        if is_causal and T > 1:  # a single new query may see every cached key: no mask needed
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)  # SDPA takes an additive mask in the queries' dtype (autocast, bf16 parameters)
+        elif is_causal and T > 1:  # a single new query may see every cached key: no mask needed
             if mask is None and k.shape[2] == T:
                 use_is_causal = True
             else:
@@ -140,6 +146,6 @@ class MultiHeadAttention(nn.Module):
         # copying them (the cache stays small); a kernel without it computes the same on its math path
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=use_is_causal,
-            enable_gqa=self.n_kv_heads != self.n_heads,
+            enable_gqa=self.n_kv_heads != self.n_heads, scale=self.scale,
         )  # [B, H, T, hd]
         return self.out_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

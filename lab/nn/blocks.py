@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.nn.attention import KVCache, MultiHeadAttention
+from lab.nn.attention import KVCache, MultiHeadAttention, causal_mask
 from lab.nn.config import ConfigError, TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.norms import RMSNorm, make_norm
-from lab.nn.positions import LearnedPositions, RotaryEmbedding, make_absolute_positions
+from lab.nn.positions import LearnedPositions, RelativePositionBias, RotaryEmbedding, make_absolute_positions
 
 
 class Block(nn.Module):
@@ -81,7 +81,7 @@ def make_block(
         eps = cfg.norm_eps if cfg.norm == "rmsnorm" else 1e-6  # the block norms' (Qwen3's rms_norm_eps for both)
         qk_norm = (RMSNorm(cfg.head_dim, eps), RMSNorm(cfg.head_dim, eps)) if cfg.qk_norm else None
         return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm, cfg.n_kv_heads,
-                                  cfg.head_dim)
+                                  cfg.head_dim, cfg.attention_scale)
 
     n_sublayers = 3 if cross_attention else 2
     return Block(
@@ -102,6 +102,8 @@ class TransformerStack(nn.Module):
         self.cfg, self.causal = cfg, causal
         rotary = (RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_base, cfg.rope_scaling)
                   if cfg.positions == "rotary" else None)
+        self.relative = (RelativePositionBias(cfg.n_heads, cfg.relative_buckets, cfg.relative_max_distance, not causal)
+                         if cfg.positions == "relative" else None)
         self.layers = nn.ModuleList(make_block(cfg, rotary, cross_attention, i, causal) for i in range(cfg.n_layers))
         pre = cfg.norm_placement == "pre"
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if pre else nn.Identity()
@@ -125,11 +127,18 @@ class TransformerStack(nn.Module):
         memory_mask = memory_padding_mask[:, None, None, :] if memory_padding_mask is not None else None
         # the current tokens' own padding (the last T positions when a cache holds earlier ones)
         token_mask = padding_mask[:, -x.shape[1]:] if padding_mask is not None else None
+        is_causal = self.causal
+        if self.relative is not None:  # one additive mask for every layer: the bias, -inf where not allowed
+            T, start = x.shape[1], caches[0].length if caches is not None else 0
+            allowed = causal_mask(T, start + T, x.device) if self.causal else None
+            if mask is not None:
+                allowed = mask if allowed is None else mask & allowed
+            mask, is_causal = self.relative(T, start, allowed), False
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,
                 mask,
-                self.causal,
+                is_causal,
                 caches[i] if caches is not None else None,
                 memory,
                 memory_mask,
@@ -202,7 +211,7 @@ def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_res
             nn.init.normal_(m.weight, mean=0.0, std=0.0 if residual and zero_residual_proj else std / scale)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.Embedding, LearnedPositions)):
+        elif isinstance(m, (nn.Embedding, LearnedPositions, RelativePositionBias)):
             nn.init.normal_(m.weight, mean=0.0, std=std)
         elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
             m.init_parameters(std, 0.0 if zero_residual_proj else std / math.sqrt(2 * n_residual_layers))

@@ -11,7 +11,7 @@ class ConfigError(ValueError):
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
-POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+POSITIONS = ("learned", "sinusoidal", "rotary", "relative", "none")
 FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
 ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")  # llama3_scaled's
 
@@ -55,7 +55,14 @@ class TransformerConfig:
     norm_placement: str = "pre"
     """pre: x + f(norm(x)) with a final norm (GPT-2); post: norm(x + f(x)) (Vaswani et al.)."""
     positions: str = "learned"
-    """learned | sinusoidal (added to embeddings) | rotary (applied to queries/keys) | none."""
+    """learned | sinusoidal (added to embeddings) | rotary (applied to queries/keys) | relative (T5's bucketed
+    relative position bias, one learned scalar per head and distance bucket added to the attention logits of
+    every layer: lab.nn.positions.RelativePositionBias) | none."""
+    relative_buckets: int = 32
+    """positions=relative: distance buckets per stack (T5: 32; an encoder splits them between the two directions),
+    half exact distances, half logarithmically wider up to relative_max_distance."""
+    relative_max_distance: int = 128
+    """positions=relative: distances from this on share the last bucket (T5: 128)."""
     rope_base: float = 10000.0
     """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
     checkpoints use larger bases (Llama 3: 500000)."""
@@ -76,6 +83,9 @@ class TransformerConfig:
     """Normalise the summed token + position embeddings (a `norm` layer) before the first block, as BERT does."""
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
+    attention_scale: float | None = None
+    """Factor on the query-key dot products before the softmax. None: 1/sqrt(head_dim) (Vaswani et al.); T5 and
+    Switch Transformers use 1.0 (their initialisation folds the scale into the queries)."""
     qk_norm: bool = False
     """RMS-normalise each head's queries and keys (learned gain per head dim) before rotary and the dot product
     (Dehghani et al. 2023; OLMo 2; Qwen3): attention logits stay bounded, so higher learning rates train stably.
@@ -116,6 +126,14 @@ class TransformerConfig:
         if self.positions == "rotary" and self.head_dim % 2:
             raise ConfigError(f"rotary positions need an even head size, got model.head_dim={self.head_dim} (null: "
                               "d_model / n_heads)")
+        if self.positions == "relative" and not (self.relative_buckets >= 4
+                                                 and self.relative_max_distance > self.relative_buckets // 2):
+            raise ConfigError(f"relative positions need model.relative_buckets >= 4 and model.relative_max_distance > "
+                              f"relative_buckets / 2, got {self.relative_buckets} and {self.relative_max_distance} "
+                              "(T5: 32 and 128)")
+        if self.attention_scale is not None and not float(self.attention_scale) > 0:
+            raise ConfigError(f"model.attention_scale must be positive, or null for 1/sqrt(head_dim); got "
+                              f"{self.attention_scale}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps is None:

@@ -74,9 +74,46 @@ class RotaryEmbedding(nn.Module):
         return rotated.flatten(-2)
 
 
+def relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of each key - query distance (Raffel et al. 2020, 2.1; Mesh TensorFlow's code, the same float
+    operations as transformers'): a causal stack buckets only how far back a key is; a bidirectional one gives
+    half its buckets to keys ahead. Of a direction's buckets, the first half are exact distances 0, 1, 2, ...,
+    the rest logarithmically wider ranges up to max_distance, beyond which everything shares the last bucket."""
+    bucket = torch.zeros_like(distance)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (distance > 0).long() * num_buckets
+        distance = distance.abs()
+    else:
+        distance = -distance.clamp(max=0)  # how far back; keys ahead are masked anyway
+    exact = num_buckets // 2
+    wide = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)).long()
+    return bucket + torch.where(distance < exact, distance, wide.clamp(max=num_buckets - 1))
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative positions: a learned scalar per head and distance bucket, added to the attention logits of
+    every self-attention layer of a stack (one table per stack, T5's first-layer table shared by all layers).
+    Cross-attention gets none: source and target positions are unrelated."""
+
+    def __init__(self, n_heads: int, num_buckets: int, max_distance: int, bidirectional: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_buckets, n_heads))
+        self.max_distance, self.bidirectional = max_distance, bidirectional
+
+    def forward(self, T: int, start: int, allowed: torch.Tensor | None) -> torch.Tensor:
+        """Additive attention mask [B or 1, H, T, start + T] for queries at start..start+T-1 over keys 0..start+T-1:
+        the bias where allowed (bool, broadcastable; True = may attend), -inf elsewhere."""
+        q = torch.arange(start, start + T, device=self.weight.device)[:, None]
+        k = torch.arange(start + T, device=self.weight.device)[None, :]
+        buckets = relative_bucket(k - q, self.bidirectional, self.weight.shape[0], self.max_distance)  # [T, S]
+        bias = self.weight[buckets].permute(2, 0, 1)[None]  # [1, H, T, S]
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+
+
 def make_absolute_positions(kind: str, max_len: int, dim: int) -> nn.Module | None:
     if kind == "learned":
         return LearnedPositions(max_len, dim)
     if kind == "sinusoidal":
         return SinusoidalPositions(max_len, dim)
-    return None  # rotary lives in attention; none means no position signal
+    return None  # rotary and relative live in attention; none means no position signal
