@@ -160,7 +160,7 @@ MARIAN_LAYOUT = dict(positions="sinusoidal", norm="layernorm", norm_placement="p
 PAIRS = ["Wie spät ist es?", "Das ist ein kleines Haus am See.", "Ich weiß es nicht, aber vielleicht morgen."]
 
 
-# T5's layout with Switch experts (translator_small_moe's); few buckets, so these sentences reach the logarithmic ones
+# T5's layout (with Switch experts: translator_small_moe's); few buckets, so these sentences reach the logarithmic ones
 SWITCH_LAYOUT = dict(positions="relative", relative_buckets=8, relative_max_distance=12, attention_scale=1.0,
                      norm="rmsnorm", norm_placement="pre", bias=False, scale_embeddings=False)
 SWITCH_MOE = dict(num_experts=4, top_k=1, capacity_factor_eval=None)
@@ -170,6 +170,9 @@ TRANSLATORS = {  # layout, the class that reproduces it
     "prenorm-gelu-tied": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "gelu"}, "PegasusForConditionalGeneration"),
     "prenorm-relu-untied-nobias": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "relu", "bias": False,
                                     "tie_embeddings": False}, "PegasusForConditionalGeneration"),
+    "t5-relu": ({**SWITCH_LAYOUT, "ffn": "relu"}, "T5ForConditionalGeneration"),
+    "t5-gelu-erf-head16-eps": ({**SWITCH_LAYOUT, "ffn": "gelu_erf", "head_dim": 16, "norm_eps": 1e-5},
+                               "T5ForConditionalGeneration"),
     "switch-relu-tied-every-2nd": ({**SWITCH_LAYOUT, "ffn": "relu", "moe": {**SWITCH_MOE, "every_n": 2}, "init_std": 0.3},
                                    "SwitchTransformersForConditionalGeneration"),
     # heads 16 wide over d_model 32 (Switch's d_kv), experts in every layer, an untied output projection

@@ -69,10 +69,10 @@ def test_translator_round_trip_is_bit_exact(ffn, placement, tmp_path):
     assert (back.pad_id, back.bos_id, back.eos_id) == (0, 1, 2)
 
 
-@pytest.mark.parametrize("case", [c for c in TRANSLATORS if c.startswith("switch")])
-def test_switch_round_trip_is_bit_exact(case, tmp_path):
-    """T5's layout with Switch experts: the relative position tables, the experts and the shared embedding (tied: the
-    file's lm_head is its own copy, which comes back as the one tied parameter) come back bit for bit."""
+@pytest.mark.parametrize("case", [c for c in TRANSLATORS if c.startswith(("t5", "switch"))])
+def test_t5_and_switch_round_trip_is_bit_exact(case, tmp_path):
+    """T5's layout, with Switch experts or not: the relative position tables, the experts and the shared embedding
+    (tied: the file's lm_head is its own copy, which comes back as the one tied parameter) come back bit for bit."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     layout, _ = TRANSLATORS[case]
     torch.manual_seed(0)
@@ -308,6 +308,31 @@ def test_a_transformers_switch_model_imports_with_its_logits(tied, tmp_path):
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("scaled", [True, False], ids=["t5-output-scale", "unscaled"])
+def test_a_transformers_t5_model_imports_with_its_logits(scaled, tmp_path):
+    """T5ForConditionalGeneration as transformers makes it (T5 v1.0's ReLU, heads 16 wide over d_model 32); by default
+    it scales the decoder output by d_model^-0.5 (folded into lab's untied output projection); with
+    tie_word_embeddings=false it does not (transformers 5 ties lm_head to the shared embedding either way)."""
+    tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
+    config = transformers.T5Config(
+        vocab_size=tok.vocab_size, d_model=32, d_kv=16, d_ff=48, num_heads=3, num_layers=2, dropout_rate=0.0,
+        relative_attention_num_buckets=8, relative_attention_max_distance=12, layer_norm_epsilon=1e-5,
+        decoder_start_token_id=0, **({} if scaled else {"tie_word_embeddings": False}))
+    hf = _randomised(transformers.T5ForConditionalGeneration(config))
+    with torch.no_grad():
+        hf.shared.weight.mul_(10.0)  # T5's embedding init is N(0, 1)
+    out = _save(hf, tok, tmp_path)
+    src = torch.randint(3, tok.vocab_size, (2, 15), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    tgt[:, 0], src[1, 10:] = 0, 0  # T5 starts the decoder with the pad id; a padded source
+    model = load(out).model
+    assert (model.lm_head.weight is model.src_embed.tokens.weight) == (not scaled)
+    with torch.no_grad():
+        ours, theirs = model(src, tgt), hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert ours.std() > 0.1
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
 def test_a_switch_model_lab_cannot_reproduce_is_refused(tmp_path):
     """Stacks of different depths, or experts not on every n-th layer, would load as another model: refused."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
@@ -330,8 +355,8 @@ def test_what_lab_cannot_reproduce_is_one_error_naming_what_it_supports(bpe, tmp
     with pytest.raises(LabError, match="hidden_act='gelu'; lab reproduces 'silu' only"):
         load(out)
     config = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForConditionalGeneration"]}))
-    with pytest.raises(LabError, match="architecture T5ForConditionalGeneration is not supported; lab imports "
+    (out / "config.json").write_text(json.dumps({**config, "architectures": ["BartForConditionalGeneration"]}))
+    with pytest.raises(LabError, match="architecture BartForConditionalGeneration is not supported; lab imports "
                                        "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
                                        "ApertusForCausalLM, MarianMTModel"):
         load(out)

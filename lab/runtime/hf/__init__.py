@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.runtime.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, switch, tokenizer
+from lab.runtime.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, switch, t5, tokenizer
 
 log = logging.getLogger("lab")
 
@@ -29,6 +29,7 @@ LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("Mixtral
                ("Qwen3ForCausalLM", qwen3),  # the Llama layout + model.qk_norm
                ("ApertusForCausalLM", apertus))  # gpt_*_fast's: QK-norm and a non-gated FFN (ReLU²)
 SEQ2SEQ_FAMILIES = (("MarianMTModel", marian), ("PegasusForConditionalGeneration", pegasus),
+                    ("T5ForConditionalGeneration", t5),  # relative position bias, RMSNorm, no biases
                     ("SwitchTransformersForConditionalGeneration", switch))  # T5's layout + Switch experts
 MLM_FAMILIES = (("BertForMaskedLM", bert),)
 CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
@@ -39,6 +40,7 @@ AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "
                 "Qwen3ForCausalLM": "AutoModelForCausalLM", "ApertusForCausalLM": "AutoModelForCausalLM",
                 "MarianMTModel": "AutoModelForSeq2SeqLM",
                 "PegasusForConditionalGeneration": "AutoModelForSeq2SeqLM",
+                "T5ForConditionalGeneration": "AutoModelForSeq2SeqLM",
                 "SwitchTransformersForConditionalGeneration": "AutoModelForSeq2SeqLM",
                 "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}
 

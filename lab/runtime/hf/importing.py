@@ -217,7 +217,8 @@ def init_from(model, path: str, meta: dict) -> None:
                        "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
                        "ApertusForCausalLM -> the LM; "
                        "BertForMaskedLM, BertForSequenceClassification -> the classifier; MarianMTModel, "
-                       "PegasusForConditionalGeneration, SwitchTransformersForConditionalGeneration -> the translator")
+                       "PegasusForConditionalGeneration, T5ForConditionalGeneration, SwitchTransformersForConditionalGeneration -> "
+                       "the translator")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
     hints = [as_typed(h, keys) for h in differences(model, imported.model)]
     if hints:
