@@ -170,9 +170,14 @@ TRANSLATORS = {  # layout, the class that reproduces it
     "prenorm-gelu-tied": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "gelu"}, "PegasusForConditionalGeneration"),
     "prenorm-relu-untied-nobias": ({**MARIAN_LAYOUT, "norm_placement": "pre", "ffn": "relu", "bias": False,
                                     "tie_embeddings": False}, "PegasusForConditionalGeneration"),
-    "t5-relu": ({**SWITCH_LAYOUT, "ffn": "relu"}, "T5ForConditionalGeneration"),
+    "t5-relu-output-scale": ({**SWITCH_LAYOUT, "ffn": "relu", "output_scale": True, "embed_init_std": 1.0},
+                             "T5ForConditionalGeneration"),
     "t5-gelu-erf-head16-eps": ({**SWITCH_LAYOUT, "ffn": "gelu_erf", "head_dim": 16, "norm_eps": 1e-5},
                                "T5ForConditionalGeneration"),
+    "switch-relu-tied-output-scale-every-2nd": ({**SWITCH_LAYOUT, "ffn": "relu", "moe": {**SWITCH_MOE, "every_n": 2},
+                                                 "init_std": 0.3, "output_scale": True, "embed_init_std": 1.0},
+                                                "SwitchTransformersForConditionalGeneration"),
+    # tied without the output scale (lm_head written as its own copy)
     "switch-relu-tied-every-2nd": ({**SWITCH_LAYOUT, "ffn": "relu", "moe": {**SWITCH_MOE, "every_n": 2}, "init_std": 0.3},
                                    "SwitchTransformersForConditionalGeneration"),
     # heads 16 wide over d_model 32 (Switch's d_kv), experts in every layer, an untied output projection
@@ -320,8 +325,10 @@ def test_a_classifier_without_berts_pooler_is_refused(wordpiece, tmp_path):
     ({"positions": "rotary", "norm": "layernorm", "qk_norm": True, "ffn": "relu_squared", "tie_embeddings": False,
       "logit_softcap": 30.0}, "nearest: ApertusForCausalLM, which needs model.norm=rmsnorm model.bias=false "
                               "model.logit_softcap=null."),
+    # T5's output scale: no decoder-only class computes it
+    ({**GPT2_LAYOUT, "output_scale": True}, "nearest: GPT2LMHeadModel, which needs model.output_scale=false."),
 ], ids=["sinusoidal-gpt", "post-norm-llama", "scaled-embeddings", "moe-with-eval-capacity", "moe-top1-raw-gate",
-        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2", "softcapped-fast-layout"])
+        "grouped-query-gpt2", "wide-heads-gpt2", "qk-norm-gpt2", "softcapped-fast-layout", "output-scaled-gpt2"])
 def test_a_layout_no_class_reproduces_is_refused_naming_the_fields(layout, named, tmp_path):
     from lab.errors import LabError
 

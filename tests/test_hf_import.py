@@ -23,12 +23,13 @@ BERT_LAYOUT = dict(positions="learned", norm="layernorm", norm_placement="post",
 
 
 def _same_model(a, b):
-    """Every tensor bit-for-bit, and the settings (init_std is not part of a saved model)."""
+    """Every tensor bit-for-bit, and the settings (the init stds are not part of a saved model)."""
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     assert [k for k in sa if not torch.equal(sa[k], sb[k])] == []
     ca, cb = vars(a.cfg).copy(), vars(b.cfg).copy()
-    ca.pop("init_std"), cb.pop("init_std")
+    for init in ("init_std", "embed_init_std"):  # how training starts: not part of a saved model
+        ca.pop(init), cb.pop(init)
     moe_a, _ = ca.pop("moe"), cb.pop("moe")
     assert ca == cb
     if moe_a is not None:  # the settings that change the function (the rest are training settings)
@@ -279,11 +280,11 @@ def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("tied", [True, False], ids=["tied-t5-output-scale", "untied"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied-output-scale", "untied"])
 def test_a_transformers_switch_model_imports_with_its_logits(tied, tmp_path):
     """SwitchTransformersForConditionalGeneration as transformers makes it: experts on layers 1 and 3 of 4 per stack,
-    heads 16 wide over d_model 32, T5's relative bias; tied, its decoder output is scaled by d_model^-0.5 (folded
-    into lab's untied output projection). Its capacity (16 per sequence and expert) is more than these 15 tokens."""
+    heads 16 wide over d_model 32, T5's relative bias; tied, its decoder output is scaled by d_model^-0.5 (lab's
+    model.output_scale). Its capacity (16 per sequence and expert) is more than these 15 tokens."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
     config = transformers.SwitchTransformersConfig(
         vocab_size=tok.vocab_size, d_model=32, d_kv=16, d_ff=48, num_heads=3, num_layers=4, num_decoder_layers=4,
@@ -302,6 +303,7 @@ def test_a_transformers_switch_model_imports_with_its_logits(tied, tmp_path):
     src[1, 10:] = 0  # a padded source
     model = load(out).model
     assert [hasattr(b.ffn, "router") for b in model.decoder.layers] == [False, True, False, True]
+    assert (model.lm_head.weight is model.src_embed.tokens.weight) == tied == model.cfg.output_scale
     with torch.no_grad():
         ours, theirs = model(src, tgt), hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
     assert ours.std() > 0.1
@@ -311,8 +313,8 @@ def test_a_transformers_switch_model_imports_with_its_logits(tied, tmp_path):
 @pytest.mark.parametrize("scaled", [True, False], ids=["t5-output-scale", "unscaled"])
 def test_a_transformers_t5_model_imports_with_its_logits(scaled, tmp_path):
     """T5ForConditionalGeneration as transformers makes it (T5 v1.0's ReLU, heads 16 wide over d_model 32); by default
-    it scales the decoder output by d_model^-0.5 (folded into lab's untied output projection); with
-    tie_word_embeddings=false it does not (transformers 5 ties lm_head to the shared embedding either way)."""
+    it scales the decoder output by d_model^-0.5 (lab's model.output_scale); with tie_word_embeddings=false it does
+    not (transformers 5 ties lm_head to the shared embedding either way, and so does the import)."""
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "</s>", "<unk>"], vocab_size=200, kind="bpe")
     config = transformers.T5Config(
         vocab_size=tok.vocab_size, d_model=32, d_kv=16, d_ff=48, num_heads=3, num_layers=2, dropout_rate=0.0,
@@ -326,7 +328,7 @@ def test_a_transformers_t5_model_imports_with_its_logits(scaled, tmp_path):
     tgt = torch.randint(3, tok.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
     tgt[:, 0], src[1, 10:] = 0, 0  # T5 starts the decoder with the pad id; a padded source
     model = load(out).model
-    assert (model.lm_head.weight is model.src_embed.tokens.weight) == (not scaled)
+    assert model.lm_head.weight is model.src_embed.tokens.weight and model.cfg.output_scale == scaled
     with torch.no_grad():
         ours, theirs = model(src, tgt), hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
     assert ours.std() > 0.1

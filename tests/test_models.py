@@ -9,7 +9,7 @@ import torch
 
 from lab.models.decoding import generate, sample_next
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, TransformerConfig
+from lab.nn import ConfigError, TransformerConfig, hidden_matrices
 from lab.nn.params import count_parameters
 
 VARIANTS = list(itertools.product(["pre", "post"], ["learned", "sinusoidal", "rotary"], ["relu", "gelu", "swiglu"], ["layernorm", "rmsnorm"]))
@@ -85,6 +85,33 @@ def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(pos
 def test_bad_architecture_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         TransformerConfig.from_kwargs(**{"d_model": 40, "n_heads": 4, "positions": "relative", field: value})
+
+
+@pytest.mark.parametrize("kind", ["gpt", "translator"])
+def test_output_scale_multiplies_the_last_hidden_state_by_d_model_to_the_minus_half(kind):
+    """T5's output scale, against the same weights without it: logits x 64^-0.5 = / 8 exactly (a power of two); the
+    token embeddings start at embed_init_std (1.0), every other matrix at init_std."""
+    from lab.models.seq2seq import EncoderDecoder
+
+    def build(scale: bool):
+        torch.manual_seed(0)
+        arch = dict(d_model=64, n_heads=4, n_layers=1, output_scale=scale, embed_init_std=1.0, init_std=0.02)
+        return (GPT(vocab_size=40, **arch) if kind == "gpt" else EncoderDecoder(40, 0, 1, 2, **arch)).eval()
+
+    plain, scaled = build(False), build(True)
+    ids = torch.randint(3, 40, (2, 7), generator=torch.Generator().manual_seed(1))
+    inputs = (ids,) if kind == "gpt" else (ids, ids)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled(*inputs), plain(*inputs) / 8, atol=0, rtol=0)
+    embed = (scaled.embed if kind == "gpt" else scaled.src_embed).tokens.weight
+    assert 0.9 < embed.std() < 1.1 and max(w.std() for w in hidden_matrices(scaled)) < 0.03
+
+
+def test_an_encoder_refuses_the_output_scale():
+    from lab.models.encoder import EncoderClassifier
+
+    with pytest.raises(ConfigError, match="the encoders do not have it: set model.output_scale=false"):
+        EncoderClassifier(vocab_size=20, pad_id=0, num_labels=2, d_model=16, n_heads=2, n_layers=1, output_scale=True)
 
 
 def test_unknown_model_field_is_refused_with_the_known_ones():

@@ -20,6 +20,9 @@ class Encoder(nn.Module):
 
     def __init__(self, vocab_size: int, pad_id: int, cfg: TransformerConfig):
         super().__init__()
+        if cfg.output_scale:  # the classifier's and the MLM head's inputs are not T5's decoder output
+            raise ConfigError("model.output_scale is T5's scale before a language model's output projection (GPT, the "
+                              "translator); the encoders do not have it: set model.output_scale=false")
         self.pad_id = pad_id
         self.embed = Embeddings(vocab_size, cfg)
         self.stack = TransformerStack(cfg, causal=False)
@@ -94,7 +97,7 @@ class EncoderClassifier(nn.Module):
         self.pool = POOLINGS[pooling](cfg.d_model) if head == "sequence" else None
         self.dropout = nn.Dropout(classifier_dropout)
         self.classifier = nn.Linear(cfg.d_model, num_labels)
-        init_weights(self, cfg.init_std, cfg.n_layers)
+        init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h, mask = self.encoder(ids)  # [B, T, D], [B, T]
@@ -163,7 +166,7 @@ class MaskedLM(nn.Module):
         self.mask_id = mask_id
         self.encoder = Encoder(vocab_size, pad_id, cfg)
         self.mlm_head = MLMHead.for_model(cfg, vocab_size)
-        init_weights(self, cfg.init_std, cfg.n_layers)
+        init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.mlm_head.decoder.weight = self.encoder.embed.tokens.weight
 

@@ -26,7 +26,8 @@ class GPT(nn.Module):
         self.decoder = TransformerStack(cfg, causal=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         self.softcap = SoftCap(logit_softcap) if logit_softcap is not None else None
-        init_weights(self, cfg.init_std, cfg.n_layers, zero_residual_proj=zero_init_proj)
+        self.output_scale = cfg.d_model ** -0.5 if cfg.output_scale else None
+        init_weights(self, cfg.init_std, cfg.n_layers, zero_residual_proj=zero_init_proj, embed_std=cfg.embed_init_std)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.lm_head.weight = self.embed.tokens.weight
         elif zero_init_proj:
@@ -42,5 +43,6 @@ class GPT(nn.Module):
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """ids: [B, T] -> logits [B, T, V]. With caches, ids continue the cached sequence."""
         start = caches[0].length if caches is not None else 0
-        logits = self.lm_head(self.decoder(self.embed(ids, start), caches=caches))
+        h = self.decoder(self.embed(ids, start), caches=caches)  # [B, T, D]
+        logits = self.lm_head(h if self.output_scale is None else h * self.output_scale)
         return logits if self.softcap is None else self.softcap(logits)

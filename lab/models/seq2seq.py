@@ -29,7 +29,8 @@ class EncoderDecoder(nn.Module):
         self.encoder = TransformerStack(cfg, causal=False)
         self.decoder = TransformerStack(cfg, causal=True, cross_attention=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
-        init_weights(self, cfg.init_std, cfg.n_layers)
+        self.output_scale = cfg.d_model ** -0.5 if cfg.output_scale else None  # T5's (model.output_scale)
+        init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
         if share_embeddings:  # after init, so the names share one tensor
             self.tgt_embed.tokens.weight = self.src_embed.tokens.weight
         if cfg.tie_embeddings:
@@ -60,7 +61,7 @@ class EncoderDecoder(nn.Module):
         start = caches[0].length if caches is not None else 0
         x = self.decoder(self.tgt_embed(tgt, start), caches=caches, memory=memory, memory_padding_mask=src_mask,
                          memory_caches=memory_caches)
-        return self.lm_head(x)
+        return self.lm_head(x if self.output_scale is None else x * self.output_scale)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src [B, S], tgt [B, T] (bos + target, shifted right) -> logits [B, T, V]."""

@@ -200,10 +200,12 @@ class SoftCap(nn.Module):
         return f"cap={self.cap}"
 
 
-def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_residual_proj: bool = False) -> None:
+def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_residual_proj: bool = False,
+                 embed_std: float | None = None) -> None:
     """GPT-2 init: N(0, std) everywhere, residual output projections N(0, std/sqrt(2L)) so the residual
     stream's variance does not grow with depth; zero biases. zero_residual_proj: those projections start at
-    zero instead (modded-nanogpt), so every block starts as the identity and learns its way in."""
+    zero instead (modded-nanogpt), so every block starts as the identity and learns its way in. embed_std: the
+    token embeddings' std (T5: 1.0); None: std."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
             residual = getattr(m, "is_residual_proj", False)
@@ -211,7 +213,9 @@ def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_res
             nn.init.normal_(m.weight, mean=0.0, std=0.0 if residual and zero_residual_proj else std / scale)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.Embedding, LearnedPositions, RelativePositionBias)):
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=std if embed_std is None else embed_std)
+        elif isinstance(m, (LearnedPositions, RelativePositionBias)):
             nn.init.normal_(m.weight, mean=0.0, std=std)
         elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
             m.init_parameters(std, 0.0 if zero_residual_proj else std / math.sqrt(2 * n_residual_layers))

@@ -79,10 +79,16 @@ class TransformerConfig:
     """Share the token embedding matrix with the output projection."""
     scale_embeddings: bool = False
     """Multiply token embeddings by sqrt(d_model) (Vaswani et al. 3.4)."""
+    output_scale: bool = False
+    """Multiply the last hidden state by d_model^-0.5 before the output projection over the vocabulary (T5, Switch
+    Transformers: with a tied embedding initialised at std 1, embed_init_std=1.0, the logits start small while the
+    inputs are at unit scale; the output-side counterpart of scale_embeddings). GPT and the translator."""
     embed_norm: bool = False
     """Normalise the summed token + position embeddings (a `norm` layer) before the first block, as BERT does."""
     init_std: float = 0.02
     """Std of the normal init; residual output projections get init_std / sqrt(2 * n_layers) (GPT-2)."""
+    embed_init_std: float | None = None
+    """Std of the token embeddings' normal init; None: init_std. T5 initialises them at 1.0 (with output_scale)."""
     attention_scale: float | None = None
     """Factor on the query-key dot products before the softmax. None: 1/sqrt(head_dim) (Vaswani et al.); T5 and
     Switch Transformers use 1.0 (their initialisation folds the scale into the queries)."""
@@ -131,6 +137,8 @@ class TransformerConfig:
             raise ConfigError(f"relative positions need model.relative_buckets >= 4 and model.relative_max_distance > "
                               f"relative_buckets / 2, got {self.relative_buckets} and {self.relative_max_distance} "
                               "(T5: 32 and 128)")
+        if self.embed_init_std is not None and not float(self.embed_init_std) > 0:
+            raise ConfigError(f"model.embed_init_std must be positive, or null for model.init_std; got {self.embed_init_std}")
         if self.attention_scale is not None and not float(self.attention_scale) > 0:
             raise ConfigError(f"model.attention_scale must be positive, or null for 1/sqrt(head_dim); got "
                               f"{self.attention_scale}")

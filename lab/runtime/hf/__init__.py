@@ -79,9 +79,11 @@ def as_typed(override: str, model_keys) -> str:
 
 
 def lab_only(model, family) -> list[str]:
-    """Options of lab's that no exported family computes (every family needs them off), and qk_norm, which only
-    a family with QK_NORM computes."""
+    """Options of lab's that no exported family computes (every family needs them off), and qk_norm and
+    output_scale, which only a family with QK_NORM / OUTPUT_SCALE computes."""
     missing = ["model.qk_norm=false"] if model.cfg.qk_norm and not getattr(family, "QK_NORM", False) else []
+    if model.cfg.output_scale and not getattr(family, "OUTPUT_SCALE", False):
+        missing.append("model.output_scale=false")
     return missing + (["model.logit_softcap=null"] if getattr(model, "softcap", None) is not None else [])
 
 

@@ -171,7 +171,7 @@ def is_hf_dir(path: str) -> bool:
     return p.is_dir() and (p / "config.json").is_file()
 
 
-TRAINING_ONLY = ("dropout", "init_std", "moe")  # settings that leave the function (and the weights) as they are
+TRAINING_ONLY = ("dropout", "init_std", "embed_init_std", "moe")  # settings that leave the function (and the weights) as they are
 DERIVED = ("n_kv_heads", "head_dim", "norm_eps", "d_ff")  # null: TransformerConfig resolves them from the others
 MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
 

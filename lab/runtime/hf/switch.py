@@ -7,10 +7,10 @@ Two things are equal by choice of config rather than by layout:
 - Capacity. Switch drops a sequence's tokens beyond `expert_capacity` per expert; lab counts capacity over the
   batch. The export sets expert_capacity to the longest sequence the model takes (model.max_seq_len), so
   transformers never drops, which is lab's eval computation when model.moe.capacity_factor_eval=null.
-- The output projection, as T5's (lab.runtime.hf.t5, whose stacks' mapping this one extends): tie_word_embeddings
-  =false and lm_head.weight its own copy of the shared embedding when lab ties them (tied, Switch multiplies the
-  decoder output by d_model^-0.5, which lab's tied projection does not); an imported tied checkpoint gets an
-  untied output projection shared * d_model^-0.5 (`fold`, said in one line)."""
+- The output projection. Tied (tie_word_embeddings=true), Switch multiplies the decoder output by d_model^-0.5
+  before it: lab's model.output_scale with tied embeddings. A tied lab model without output_scale is written
+  with tie_word_embeddings=false and lm_head.weight its own copy of the shared embedding (the same logits).
+The stacks' mapping is T5's (lab.runtime.hf.t5), which this one extends with experts."""
 from __future__ import annotations
 
 import logging
@@ -22,6 +22,7 @@ log = logging.getLogger("lab")
 LAYOUT = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu or gelu FFN, no biases, "
           "shared unscaled embeddings, model.moe: softmax top-1 token choice, experts of width d_ff, dropless at eval")
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new"}  # lab's FFN -> dense_act_fn
+OUTPUT_SCALE = True  # lab.runtime.hf.lab_only: Switch computes model.output_scale (tied)
 
 
 def sparse_layers(n_layers: int, n_sparse: int) -> list[int]:
@@ -39,6 +40,8 @@ def check(model) -> list[str]:
     missing = t5.backbone_check(model)
     if cfg.ffn not in ACTIVATION:
         missing.append("model.ffn=relu")  # or gelu
+    if cfg.output_scale and not cfg.tie_embeddings:
+        missing.append("model.tie_embeddings=true")  # Switch scales the output of a tied projection only
     layers = [b.ffn for b in model.encoder.layers]
     moe_at = [i for i, f in enumerate(layers) if hasattr(f, "router")]
     if moe_at != sparse_layers(cfg.n_layers, len(moe_at)):
@@ -82,9 +85,8 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
 
 
 def fold(state: dict, config: dict) -> dict:
-    """Tied (the default), Switch scales the decoder output by d_model^-0.5 before the shared projection: lab unties
-    it as shared * d_model^-0.5; untied, the file's lm_head is used as it is."""
-    return t5.fold(state, config, scaled=True) if config.get("tie_word_embeddings", True) else state
+    """Tied (the default), the output projection is the shared embedding (transformers ties them)."""
+    return t5.fold(state, config) if config.get("tie_word_embeddings", True) else state
 
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
@@ -110,5 +112,5 @@ def arch(config: dict, state: dict, name: str, tok) -> dict:
            "jitter": float(config.get("router_jitter_noise", 0.01)), "num_shared": 0, "bias_update_rate": 0.0,
            "load_balance_weight": float(config.get("router_aux_loss_coef", 0.001)),
            "z_loss_weight": float(config.get("router_z_loss_coef", 0.001)), "every_n": every_n[0]}
-    scaled = config.get("tie_word_embeddings", True)
-    return {**t5.backbone_arch(config, state, scaled), "ffn": {v: k for k, v in ACTIVATION.items()}[act], "moe": moe}
+    return {**t5.backbone_arch(config, state, config.get("tie_word_embeddings", True)),
+            "ffn": {v: k for k, v in ACTIVATION.items()}[act], "moe": moe}

@@ -3,12 +3,10 @@ RMSNorm, no biases, T5's relative position bias (one table per stack, lab.nn.pos
 unscaled attention (model.attention_scale=1.0), one shared unscaled token embedding, ReLU or GELU FFNs. The
 stacks' mapping is shared with SwitchTransformers (lab.runtime.hf.switch), which adds experts.
 
-The output projection: T5 scales the decoder output by d_model^-0.5 before its projection unless config.json says
-scale_decoder_outputs=false (transformers 5; older configs: tie_word_embeddings=false), and transformers 5 ties
-that projection to the shared embedding always. lab's tied projection has no such factor: the export writes
-scale_decoder_outputs=false (and tie_word_embeddings=false, what T5 v1.1 configs say). An imported checkpoint that
-scales gets an untied lab output projection shared * d_model^-0.5 (`fold`, said in one line): transformers'
-logits up to float rounding."""
+The output projection: T5 scales the decoder output by d_model^-0.5 before it (lab's model.output_scale) unless
+config.json says scale_decoder_outputs=false (transformers 5; older configs, and transformers 4, say it with
+tie_word_embeddings=false), and transformers 5 ties it to the shared embedding always: the export writes both
+flags from model.output_scale and needs model.tie_embeddings=true."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +16,8 @@ import torch
 log = logging.getLogger("lab")
 
 LAYOUT = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu, gelu or gelu_erf FFN, no "
-          "biases, shared unscaled tied embeddings, no MoE")
+          "biases, shared unscaled tied embeddings, output_scale either way, no MoE")
+OUTPUT_SCALE = True  # lab.runtime.hf.lab_only: T5 computes model.output_scale
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> T5's feed_forward_proj
 
 
@@ -83,14 +82,14 @@ def backbone_config(model) -> dict:
             "relative_attention_num_buckets": cfg.relative_buckets,
             "relative_attention_max_distance": cfg.relative_max_distance,
             "dropout_rate": cfg.dropout, "layer_norm_epsilon": cfg.norm_eps,
-            "tie_word_embeddings": False,  # no d_model^-0.5 on the decoder output (see the module's docstring)
+            "tie_word_embeddings": bool(model.cfg.output_scale),  # T5 v1.0 / transformers 4: also "scale the output"
             "pad_token_id": model.pad_id, "eos_token_id": model.eos_id, "bos_token_id": model.bos_id,
             "decoder_start_token_id": model.bos_id, "use_cache": True}
 
 
 def convert(model, meta: dict) -> tuple[dict, dict]:
     config = {**backbone_config(model), "model_type": "t5", "feed_forward_proj": ACTIVATION[model.cfg.ffn],
-              "scale_decoder_outputs": False}
+              "scale_decoder_outputs": bool(model.cfg.output_scale)}
     return config, stacks(model, "DenseReluDense", dense)
 
 
@@ -100,35 +99,27 @@ def scales_output(config: dict) -> bool:
     return bool(config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False))
 
 
-def fold(state: dict, config: dict, scaled: bool | None = None) -> dict:
-    """The output projection transformers computes -> lab's lm_head: T5's is the shared embedding (transformers 5
-    ties them whatever the file holds), times d_model^-0.5 when the decoder output is scaled (lab then unties it;
-    said in one line, as is a file lm_head.weight that the tie replaces)."""
-    state, scaled = dict(state), scales_output(config) if scaled is None else scaled
+def fold(state: dict, config: dict) -> dict:
+    """transformers 5 ties T5's output projection to the shared embedding whatever the file holds: so does lab (a
+    file lm_head.weight that differs is replaced, said in one line)."""
+    state = dict(state)
     if "lm_head.weight" in state and not torch.equal(state["lm_head.weight"], state["shared.weight"]):
         log.info("lm_head.weight differs from shared.weight; transformers ties T5's output projection to the shared "
                  "embedding, so lab does (1 tensor replaced)")
     state["lm_head.weight"] = state["shared.weight"]
-    return scale(state, config) if scaled else state
-
-
-def scale(state: dict, config: dict) -> dict:
-    state["lm_head.weight"] = state["shared.weight"] * config["d_model"] ** -0.5
-    log.info("the decoder output's d_model^-0.5 scale: imported as an untied output projection (shared.weight * "
-             "%.6g; 1 tensor)", config["d_model"] ** -0.5)
     return state
 
 
 def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:
     """config.json's fields T5 and Switch share -> lab.models.seq2seq.EncoderDecoder's arguments (scaled: the decoder
-    output is scaled, so lab's output projection is untied)."""
+    output is scaled by d_model^-0.5, lab's model.output_scale)."""
     from lab.errors import LabError  # noqa: PLC0415
 
     n_layers, n_dec = config.get("num_layers", 6), config.get("num_decoder_layers") or config.get("num_layers", 6)
     if n_layers != n_dec:
         raise LabError(f"config.json's stacks have {n_layers} and {n_dec} layers; lab's translator has one setting "
                        "for both sides")
-    tied = not scaled and torch.equal(state["lm_head.weight"], state["shared.weight"])
+    tied = torch.equal(state["lm_head.weight"], state["shared.weight"])
     return {"vocab_size": config["vocab_size"], "pad_id": config.get("pad_token_id", 0),
             "eos_id": config.get("eos_token_id", 1), "bos_id": config.get("decoder_start_token_id", 0),
             "share_embeddings": True, "d_model": config["d_model"], "n_layers": n_layers,
@@ -137,7 +128,7 @@ def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:
             "positions": "relative", "relative_buckets": config.get("relative_attention_num_buckets", 32),
             "relative_max_distance": config.get("relative_attention_max_distance", 128), "attention_scale": 1.0,
             "norm": "rmsnorm", "norm_eps": float(config.get("layer_norm_epsilon", 1e-6)), "norm_placement": "pre",
-            "bias": False, "scale_embeddings": False, "tie_embeddings": tied}
+            "bias": False, "scale_embeddings": False, "tie_embeddings": tied, "output_scale": bool(scaled)}
 
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
