@@ -39,4 +39,7 @@ MUTANTS = [
            "std=0.0 if residual and zero_residual_proj else", "std=std if residual and zero_residual_proj else", RECIPE),
     Mutant("zero init leaves an untied head random", "lab/models/gpt.py",
            "            nn.init.zeros_(self.lm_head.weight)", "            pass", RECIPE),
+    Mutant("compile=true leaves a language model's loss uncompiled", "lab/tasks/language_model.py",
+           "        self._loss = torch.compile(self._loss)", "        pass",
+           ["tests/test_tasks.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
 ]

@@ -202,13 +202,20 @@ def test_fill_mask_pipeline_gives_lab_fill_mask(wordpiece, tmp_path, layout):
         assert [t["score"] for t in theirs] == pytest.approx([p for _, p in predictions], abs=1e-5)
 
 
-def test_translation_tokenize_then_generate_gives_lab_translate(tmp_path):
+TRANSLATION_LAYOUTS = {  # Marian's; T5's with Switch experts (translator_small_moe's, exported as SwitchTransformers)
+    "marian": dict(positions="sinusoidal", norm="layernorm", norm_placement="post", ffn="relu", scale_embeddings=True),
+    "switch": dict(positions="relative", attention_scale=1.0, norm="rmsnorm", norm_placement="pre", ffn="relu", bias=False,
+                   output_scale=True, moe={"num_experts": 4, "top_k": 1, "capacity_factor_eval": None, "every_n": 2}),
+}
+
+
+@pytest.mark.parametrize("layout", list(TRANSLATION_LAYOUTS))
+def test_translation_tokenize_then_generate_gives_lab_translate(layout, tmp_path):
     pairs = ["ROMEO. But soft, what light through yonder window breaks?", "Café naïve résumé, the envious moon."]
     tok = HFTokenizer.train([CORPUS], ["<pad>", "<s>", "</s>"], vocab_size=300, kind="bpe")
     torch.manual_seed(0)
     model = _perturbed(EncoderDecoder(tok.vocab_size, 0, 1, 2, d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
-                                      init_std=0.1, positions="sinusoidal", norm="layernorm", norm_placement="post",
-                                      ffn="relu", scale_embeddings=True))
+                                      init_std=0.1, **TRANSLATION_LAYOUTS[layout]))
     export(model, tok, _meta(max_tokens=40), tmp_path)
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()

@@ -45,3 +45,28 @@ def test_weight_decay_applies_to_matrices_only():
     assert {names[id(p)] for p in decayed["params"]} == {n for n, p in model.named_parameters() if p.dim() == 2}
     assert {names[id(p)] for p in plain["params"]} == {n for n, p in model.named_parameters() if p.dim() == 1}
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+
+
+@pytest.mark.slow
+def test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager():
+    """compile=true on a language model (LanguageModelTask.compile_for_training): the model and the loss as one
+    inductor graph give eager's loss and gradients on a batch with ignored targets; the model itself, which
+    decoding runs, stays the eager module."""
+    import copy
+
+    torch.manual_seed(0)
+    model = GPT(vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16, init_std=0.2)
+    eager, compiled = LanguageModelTask(model, None), LanguageModelTask(copy.deepcopy(model), None)
+    compiled.compile_for_training()
+    x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
+    y = torch.roll(x, -1, 1)
+    y[0, 10:] = -100  # a window's already-scored targets
+    losses = []
+    for task in (eager, compiled):
+        loss = task._loss((x, y))
+        loss.backward()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(eager.model.named_parameters(), compiled.model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert type(compiled.model) is GPT and type(eager._loss) is not type(compiled._loss)
