@@ -182,7 +182,7 @@ MUTANTS = [
      [f"{IMPORT}::test_a_transformers_switch_model_imports_with_its_logits"]),
     ("translator_small_moe evaluates with capacity drops (no class computes them)", "conf/experiment/translator_small_moe.yaml",
      "    capacity_factor_eval: null\n", "    capacity_factor_eval: 2.0\n",
-     ["tests/test_preset_export.py::test_shipped_moe_translator_preset_exports_as_switch_with_equal_logits"]),
+     ["tests/test_preset_export.py::test_shipped_translator_preset_exports_with_equal_logits"]),
     ("export ignores model.output_scale in families that lack it", "lab/runtime/hf/__init__.py",
      'if model.cfg.output_scale and not getattr(family, "OUTPUT_SCALE", False):', "if False:",
      ["tests/test_export.py::test_a_layout_no_class_reproduces_is_refused_naming_the_fields"]),

@@ -50,31 +50,20 @@ def test_shipped_encoder_preset_exports_with_equal_logits(compose, name, tmp_pat
     torch.testing.assert_close(theirs[real], ours[real], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["translator_small", "translator_base_gpu"])
-def test_shipped_translator_preset_exports_as_pegasus_with_equal_logits(compose, name, tmp_path):
+TRANSLATOR_PRESETS = {  # experiment -> (overrides, transformers class)
     # the GPU preset inherits translator_small's layout at 6+6 x 512: both must map (built at 2 layers x 64 here)
-    cfg = compose([f"+experiment={name}", "model.init_std=0.1", "model.n_layers=2", "model.d_model=64"])
-    tok = HFTokenizer.train([TEXT] * 10, ["<pad>", "<s>", "</s>"], vocab_size=150, kind="bpe")
-    torch.manual_seed(0)
-    model = build_model(cfg.model, {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 1, "eos_id": 2}).eval()
-    _perturb_norms_and_biases(model)
-    meta = {"config": {"model": dict(cfg.model)}}
-    assert export(model, tok, meta, tmp_path).hf_class == "PegasusForConditionalGeneration"
-    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
-    rows = [tok.encode(t)[:30] + [2] for t in ("a gorgeous, moving film", "neither funny nor scary at all, the worst")]
-    src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded
-    tgt = torch.tensor([[1, *tok.encode("the worst movie of the year")[:8]], [1, *tok.encode("a moving film, funny")[:8]]])
-    with torch.no_grad():
-        ours = model(src, tgt)
-        theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
-    assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
-    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+    "translator_small": (["model.n_layers=2", "model.d_model=64"], "PegasusForConditionalGeneration"),
+    "translator_base_gpu": (["model.n_layers=2", "model.d_model=64"], "PegasusForConditionalGeneration"),
+    # at its own size: 2+2 layers x 128, 8 experts on layer 2 of each side
+    "translator_small_moe": ([], "SwitchTransformersForConditionalGeneration"),
+}
 
 
-def test_shipped_moe_translator_preset_exports_as_switch_with_equal_logits(compose, tmp_path):
-    """translator_small_moe at its own size (2+2 layers x 128, 8 experts on layer 2 of each side): transformers'
-    SwitchTransformers gives lab's eval logits on a padded batch, with its routers spreading the tokens."""
-    cfg = compose(["+experiment=translator_small_moe", "model.init_std=0.1"])
+@pytest.mark.parametrize("name", list(TRANSLATOR_PRESETS))
+def test_shipped_translator_preset_exports_with_equal_logits(compose, name, tmp_path):
+    """transformers' class gives lab's eval logits on a padded batch; the MoE preset's routers spread the tokens."""
+    overrides, hf_class = TRANSLATOR_PRESETS[name]
+    cfg = compose([f"+experiment={name}", "model.init_std=0.1", *overrides])
     tok = HFTokenizer.train([TEXT] * 10, ["<pad>", "<s>", "</s>"], vocab_size=150, kind="bpe")
     torch.manual_seed(0)
     model = build_model(cfg.model, {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 1, "eos_id": 2}).eval()
@@ -84,7 +73,7 @@ def test_shipped_moe_translator_preset_exports_as_switch_with_equal_logits(compo
             if "router" in key:
                 p.normal_(0.0, 1.0)
     meta = {"config": {"model": dict(cfg.model)}}
-    assert export(model, tok, meta, tmp_path).hf_class == "SwitchTransformersForConditionalGeneration"
+    assert export(model, tok, meta, tmp_path).hf_class == hf_class
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     rows = [tok.encode(t)[:30] + [2] for t in ("a gorgeous, moving film", "neither funny nor scary at all, the worst")]
     src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded
@@ -93,7 +82,8 @@ def test_shipped_moe_translator_preset_exports_as_switch_with_equal_logits(compo
         ours = model(src, tgt)
         theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
     moe = [b.ffn for stack in (model.encoder, model.decoder) for b in stack.layers if hasattr(b.ffn, "router")]
-    assert len(moe) == 2 and all(int((f.routing_stats["expert_fraction"] > 0).sum()) >= 2 for f in moe)  # experts differ
+    assert len(moe) == (2 if cfg.model.moe else 0)
+    assert all(int((f.routing_stats["expert_fraction"] > 0).sum()) >= 2 for f in moe)  # experts that differ are compared
     assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
 
