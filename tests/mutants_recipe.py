@@ -42,4 +42,7 @@ MUTANTS = [
     Mutant("compile=true leaves a language model's loss uncompiled", "lab/tasks/language_model.py",
            "        self._loss = torch.compile(self._loss)", "        pass",
            ["tests/test_tasks.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
+    Mutant("MuonAdamW drops task.optimizer.fused", "lab/tasks/optim.py",
+           "weight_decay=weight_decay,\n                                       fused=fused)",
+           "weight_decay=weight_decay)", RECIPE),
 ]

@@ -258,3 +258,24 @@ def test_muon_under_fsdp2_matches_one_process_and_resumes_from_its_sharded_check
     for step in single:
         assert a[step] == pytest.approx(single[step], rel=1e-4), (step, a[step], single[step])
     assert b[11] == pytest.approx(a[11], rel=1e-5)
+
+
+def test_fused_reaches_the_adamw_part_and_steps_as_the_unfused_one():
+    """task.optimizer.fused=true (issue 32's GPU recipe) is AdamW's fused kernel for the embeddings, heads, norms and
+    biases (torch has one on CPU too); Muon's matrices are untouched by it. Three steps of both give the same
+    parameters; a MuonAdamW that dropped the flag would fail the first assertion."""
+    results = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        w, bias = torch.nn.Parameter(torch.randn(6, 4)), torch.nn.Parameter(torch.randn(4))
+        w.hidden_matrix = True
+        start = bias.detach().clone()
+        opt = MuonAdamW([{"params": [w, bias]}], lr=1e-2, weight_decay=0.1, fused=fused)
+        assert opt.adamw.defaults["fused"] is fused
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            w.grad, bias.grad = torch.randn(6, 4, generator=g), torch.randn(4, generator=g)
+            opt.step()
+        assert (bias.detach() - start).abs().min() > 1e-3  # AdamW moved every bias element
+        results.append((w.detach().clone(), bias.detach().clone()))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-6, atol=1e-7)
