@@ -18,6 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import lab.train  # noqa: F401 - registers what the entry point registers (resolvers, structured configs)
+from lab.runtime.checkpoints.reading import load_model
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {  # one seeded run per task (and the MoE and fast-recipe paths)
     "lm": ["+experiment=gpt_nano_char"],
@@ -32,11 +39,6 @@ RUNS = {  # one seeded run per task (and the MoE and fast-recipe paths)
 
 
 def configs() -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    import lab.train  # noqa: F401 - registers the resolvers (and structured configs) the entry point registers
-
     presets = sorted(p.stem for p in (ROOT / "conf/experiment").glob("*.yaml"))
     debugs = [None] + sorted(p.stem for p in (ROOT / "conf/debug").glob("*.yaml"))
     out = {}
@@ -51,10 +53,6 @@ def configs() -> dict:
 
 
 def _logits_summary(ckpt: Path) -> dict:
-    import torch
-
-    from lab.runtime.checkpoints.reading import load_model
-
     model, _, meta = load_model(ckpt)
     torch.manual_seed(0)
     ids = torch.randint(4, min(int(meta["vocab"]["vocab_size"]), 60), (2, 12))
@@ -78,7 +76,7 @@ def runs(names: list[str]) -> dict:
             if done.returncode:
                 out[name] = {"error": done.stderr[-2000:]}
                 continue
-            rows = list(csv.DictReader(open(next(Path(tmp, "run").rglob("metrics.csv")))))
+            rows = list(csv.DictReader(next(Path(tmp, "run").rglob("metrics.csv")).read_text().splitlines()))
             losses = {f"{r['step']}:{k}": r[k] for r in rows for k in ("train/loss", "val/loss") if r.get(k)}
             out[name] = {"losses": losses, "logits": _logits_summary(Path(tmp, "run/checkpoints/last.ckpt"))}
         print(name, "done", file=sys.stderr)
