@@ -54,4 +54,7 @@ MUTANTS = [
            "  - /recipe: speedrun\n  - _self_\n", "  - _self_\n  - /recipe: speedrun\n", CONF_RECIPE),
     Mutant("+recipe before +experiment accepted (the preset silently undoes the recipe)", "lab/runtime/cli/help.py",
            'keys.index("+recipe") < keys.index("+experiment")', 'keys.index("+recipe") > keys.index("+experiment")', CONF_RECIPE),
+    Mutant("help reads a recipe's comments as recipe.* keys", "lab/runtime/cli/help.py",
+           'add(path, "" if path.is_file() and path.read_text().startswith("# @package _global_") else group.replace("/", "."))',
+           'add(path, group.replace("/", "."))', ("tests/test_help.py::test_a_recipe_is_listed_and_its_comments_describe_the_whole_config",)),
 ]
