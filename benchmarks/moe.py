@@ -15,7 +15,7 @@
    - the seeds' MixtureOfExperts (/work/shared/seeds, "LLM CodeBase" MoE section): per-expert masked loop,
      with its undefined `self.expert_capacity` fixed to the capacity it computes
    With --compile, also torch.compile (inductor) of the dense FFN and of lab MoE capacity 1.25.
-   Targets (issue 14): lab MoE <= 1.10x dense at E=8, <= 1.25x at E=64 and E=128, eager.
+   Targets: lab MoE <= 1.10x dense at E=8, <= 1.25x at E=64 and E=128, eager (results: docs/moe.md).
 2. Whole model: training tokens/s (forward, backward, AdamW step) of conf/experiment/gpt_small_moe vs its
    dense twin in the same (Mixtral) layout, `model.moe=null model.d_ff=1024` (a token's 2 x 512 expert hidden
    units: equal active parameters), vocabulary 4096 as their data gives.

@@ -2,8 +2,8 @@
 
     python benchmarks/moe_cpu_expert_threads.py [--threads 2] [--rounds 15]
 
-The floor row of benchmarks/moe.py (the experts' two grouped matmuls alone) costs 1.3-1.5x the dense layer at
-64 experts on 2 threads. torch's CPU grouped matmul is a loop of small MKL GEMMs, each split over all threads.
+The floor row of benchmarks/moe.py (the experts' two grouped matmuls alone) costs more than the dense layer at
+64 experts on 2 threads (docs/moe.md). torch's CPU grouped matmul is a loop of small MKL GEMMs, each split over all threads.
 This script times, for the experts' six GEMMs of one training step (both projections: forward, input gradient,
 weight gradient) on equal pre-sorted groups, side by side in interleaved rounds:
   - dense: the three GEMMs of each projection of the dense FFN of equal active parameters (the 1.00x line)

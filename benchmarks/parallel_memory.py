@@ -1,4 +1,4 @@
-"""Memory of the parallel-text path on a generated file of N pairs (issue 15: own pairs at scale).
+"""Memory of the parallel-text path on a generated file of N pairs (a user's own pairs at scale).
 
     OMP_NUM_THREADS=1 python benchmarks/parallel_memory.py --pairs 1000000 --dir /tmp/pairs1m
 

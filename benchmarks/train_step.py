@@ -11,7 +11,7 @@ clipping at 1.0 (trainer.gradient_clip_val), optimizer and schedule step. Varian
   base            what lab.train does: with compile=true the model and the loss compiled as one function
                   (lab.tasks.language_model.LanguageModelTask.compile_for_training), else eager
   loss_compiled   the model and the loss (logits upcast, cross-entropy) compiled as one function
-  model_compiled  the model compiled, the loss outside it (lab.train's compile=true before 69a724c)
+  model_compiled  the model compiled, the loss outside it
   adamw           as model_compiled, with AdamW (fused on a GPU) on every parameter instead of the experiment's
                   optimizer
 MFU = tokens/s x lab.runtime.callbacks.throughput.flops_per_token / the device's dense bf16 peak. --profile

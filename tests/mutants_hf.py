@@ -134,7 +134,7 @@ MUTANTS = [
     ("Apertus exports a model with biases (dropping them)", "lab/runtime/hf/apertus.py",
      '"moe": None, "bias": False, "qk_norm": True}', '"moe": None, "qk_norm": True}',
      ["tests/test_export.py::test_a_layout_no_class_reproduces_is_refused_naming_the_fields"]),
-    ("gpt_nano_char_fast keeps the logit soft-cap no Hugging Face class computes", "conf/experiment/gpt_nano_char_fast.yaml",
+    ("the speedrun recipe keeps the logit soft-cap no Hugging Face class computes", "conf/recipe/speedrun.yaml",
      "  logit_softcap: null\n", "  logit_softcap: 30.0\n",
      ["tests/test_preset_export.py::test_shipped_fast_lm_preset_exports_as_apertus_and_comes_back_bit_exact"]),
     ("finetune head_lr ignored", "lab/tasks/base.py",

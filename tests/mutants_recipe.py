@@ -1,11 +1,13 @@
 """One-line bugs in the speedrun recipe's pieces (lab.tasks.optim's MuonAdamW and WSD; QK-norm, ReLU^2, soft-cap
-and zero init in lab.nn / lab.models.gpt) that tests/test_recipe.py and the Muon resume test must kill, for the
-mutation script (tests/mutants.py)."""
+and zero init in lab.nn / lab.models.gpt) that tests/test_recipe.py and the Muon resume test must kill, and in
+its config group (conf/recipe/speedrun.yaml, the presets that list it) that tests/test_configs.py must kill, for
+the mutation script (tests/mutants.py)."""
 from __future__ import annotations
 
 from mutants_moe import Mutant
 
 RECIPE = ("tests/test_recipe.py",)
+CONF_RECIPE = ("tests/test_configs.py",)
 RESUME_MUON = ("tests/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
@@ -45,4 +47,14 @@ MUTANTS = [
     Mutant("MuonAdamW drops task.optimizer.fused", "lab/tasks/optim.py",
            "weight_decay=weight_decay,\n                                       fused=fused)",
            "weight_decay=weight_decay)", RECIPE),
+    # conf/recipe/speedrun.yaml used by the fast presets' defaults, and +recipe= on the command line
+    Mutant("gpt_small_fast lists the recipe before gpt_small (gpt_small's lr and schedule win)", "conf/experiment/gpt_small_fast.yaml",
+           "  - gpt_small\n  - /recipe: speedrun\n", "  - /recipe: speedrun\n  - gpt_small\n", CONF_RECIPE),
+    Mutant("gpt_nano_char_fast's own values come before the recipe's (its muon_lr lost)", "conf/experiment/gpt_nano_char_fast.yaml",
+           "  - /recipe: speedrun\n  - _self_\n", "  - _self_\n  - /recipe: speedrun\n", CONF_RECIPE),
+    Mutant("+recipe before +experiment accepted (the preset silently undoes the recipe)", "lab/runtime/cli/help.py",
+           'keys.index("+recipe") < keys.index("+experiment")', 'keys.index("+recipe") > keys.index("+experiment")', CONF_RECIPE),
+    Mutant("help reads a recipe's comments as recipe.* keys", "lab/runtime/cli/help.py",
+           'add(path, "" if path.is_file() and path.read_text().startswith("# @package _global_") else group.replace("/", "."))',
+           'add(path, group.replace("/", "."))', ("tests/test_help.py::test_a_recipe_is_listed_and_its_comments_describe_the_whole_config",)),
 ]

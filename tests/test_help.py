@@ -56,6 +56,14 @@ def test_the_chosen_experiment_changes_the_values_shown():
     assert re.search(r"^  task/scheduler\s+.*inverse_sqrt\*", text, re.M)
 
 
+def test_a_recipe_is_listed_and_its_comments_describe_the_whole_config():
+    """conf/recipe files are `# @package _global_`: their comments describe task.*, model.*, not recipe.task.*."""
+    text = render("train", ["+experiment=gpt_small", "+recipe=speedrun"], "usage")
+    assert re.search(r"^  \+recipe\s+speedrun\s+\(after \+experiment: conf/recipe\)$", text, re.M)
+    assert option_line(text, "task.optimizer.lr").endswith("AdamW's: embeddings, head, norms, biases")
+    assert not re.search(r"^  recipe\s", text, re.M)  # not among the group=option groups
+
+
 def test_inference_help_lists_its_own_options_only(tmp_path):
     result = run_module("lab.generate", ["--help"], tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -76,7 +76,8 @@ def conf_comments(config_name: str, choices: dict[str, str]) -> dict[str, str]:
             add(CONF / group / f"{choices[group]}.yaml", "")
     for group, choice in choices.items():
         if group not in ("experiment", "debug") and not group.startswith("hydra") and choice:
-            add(CONF / group / f"{choice}.yaml", group.replace("/", "."))
+            path = CONF / group / f"{choice}.yaml"  # a recipe is global: its keys are the whole config's
+            add(path, "" if path.is_file() and path.read_text().startswith("# @package _global_") else group.replace("/", "."))
     add(CONF / f"{config_name}.yaml", "")
     out: dict[str, str] = {}
     for path, package in files:
@@ -184,12 +185,14 @@ def render(config_name: str, overrides: list[str], usage: str) -> str:
         out.append("")
         out.append("Config groups (group=option; * = chosen):")
         for group, choice in sorted(choices.items()):
-            if group in ("experiment", "debug"):
+            if group in ("experiment", "debug", "recipe"):
                 continue
             options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
             out.append(f"  {group:<32}" + " | ".join(o + "*" * (o == choice) for o in options))
         debug = sorted(p.stem for p in (CONF / "debug").glob("*.yaml"))
-        out += [f"  {'+debug':<32}" + " | ".join(debug) + "   (quick checks: conf/debug)", ""]
+        recipes = sorted(p.stem for p in (CONF / "recipe").glob("*.yaml"))
+        out += [f"  {'+debug':<32}" + " | ".join(debug) + "   (quick checks: conf/debug)",
+                f"  {'+recipe':<32}" + " | ".join(recipes) + "   (after +experiment: conf/recipe)", ""]
     out.append("Options (key=value; value as composed from this command line):")
     rows = [(key, value, descriptions.get(key, "")) for key, value in option_rows(tree, descriptions)]
     width = max(len(key) for key, _, _ in rows)
@@ -201,7 +204,8 @@ def render(config_name: str, overrides: list[str], usage: str) -> str:
 def exit_with_help(config_name: str, argv: list[str] | None = None) -> None:
     """If the command line asks for --help (or -h): print this entry point's help and exit 0; else return.
     An entry point without the experiment group (inference: settings come from the checkpoint) refuses
-    `+experiment=` with one line instead of composing it in and ignoring it."""
+    `+experiment=` with one line instead of composing it in and ignoring it, and `+recipe=` before
+    `+experiment=` is refused rather than silently losing to the preset."""
     from lab.runtime.cli.errors import user_errors_exit  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else argv
@@ -209,6 +213,12 @@ def exit_with_help(config_name: str, argv: list[str] | None = None) -> None:
     if given and "- task" not in (CONF / f"{config_name}.yaml").read_text():
         print(f"error: lab.{config_name} takes no {given[0]}: the model and its settings come from the checkpoint "
               "(ckpt_path=...); see --help for its options", file=sys.stderr)
+        sys.exit(2)
+    keys = [a.split("=")[0] for a in argv]
+    if {"+recipe", "+experiment"} <= set(keys) and keys.index("+recipe") < keys.index("+experiment"):
+        print(f"error: {argv[keys.index('+recipe')]} comes before {argv[keys.index('+experiment')]}: Hydra applies "
+              "them in that order, so the preset would override the recipe; put +recipe=... after +experiment=...",
+              file=sys.stderr)
         sys.exit(2)
     if not {"--help", "-h"} & set(argv):
         return
