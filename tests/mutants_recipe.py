@@ -1,12 +1,12 @@
 """One-line bugs in the speedrun recipe's pieces (lab.tasks.optim's MuonAdamW and WSD; QK-norm, ReLU^2, soft-cap
-and zero init in lab.nn / lab.models.gpt) that tests/test_recipe.py and the Muon resume test must kill, for the
+and zero init in lab.nn / lab.models.gpt) that tests/tasks/test_muon.py and the Muon resume test must kill, for the
 mutation script (tests/mutants.py)."""
 from __future__ import annotations
 
 from mutants_moe import Mutant
 
-RECIPE = ("tests/test_recipe.py",)
-RESUME_MUON = ("tests/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
+RECIPE = ("tests/tasks/test_muon.py",)
+RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
     Mutant("muon: the hidden matrices go to AdamW", "lab/tasks/optim.py",
@@ -41,7 +41,7 @@ MUTANTS = [
            "            nn.init.zeros_(self.lm_head.weight)", "            pass", RECIPE),
     Mutant("compile=true leaves a language model's loss uncompiled", "lab/tasks/language_model.py",
            "        self._loss = torch.compile(self._loss)", "        pass",
-           ["tests/test_tasks.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
+           ["tests/tasks/test_optim.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
     Mutant("MuonAdamW drops task.optimizer.fused", "lab/tasks/optim.py",
            "weight_decay=weight_decay,\n                                       fused=fused)",
            "weight_decay=weight_decay)", RECIPE),

@@ -272,7 +272,7 @@ LM = [
      r"a.txt holds NUL bytes \(byte offset 9016\): a binary file"),
     ("gzip-named-txt", {"a.txt": gzip.compress(TEXT.encode())}, {"train": ["a.txt"]}, r"a.txt is a gzip-compressed file"),
     # (a small .gz / .zst corpus has held-out tails cut at exact fractions of its text, as a plain file has:
-    # tests/test_corpora_stream.py::test_compressed_file_gives_the_plain_files_tokens)
+    # tests/data/test_corpora_stream.py::test_compressed_file_gives_the_plain_files_tokens)
     ("no-match-names-the-pattern", {"a.txt": TEXT}, {"train": ["b*.txt"]}, r"data.corpus.train_files: no file matches"),
 ]
 
@@ -307,7 +307,7 @@ def test_language_model_long_tail(tmp_path, files, options, expected):
 def run_entry(module: str, args: list[str], monkeypatch, capsys) -> tuple[int, str]:
     """python -m lab.<module> <args> in this process: (exit code, stderr)."""
     mod = importlib.import_module(f"lab.{module}")
-    conf = Path(__file__).resolve().parents[1] / "conf"  # in-process, Hydra looks for config_path as a package
+    conf = Path(__file__).resolve().parents[2] / "conf"  # in-process, Hydra looks for config_path as a package
     monkeypatch.setattr(sys, "argv", [f"lab/{module}.py", f"--config-path={conf}", *args])
     with pytest.raises(SystemExit) as e:
         mod.main()
@@ -376,7 +376,7 @@ def test_lm_samples_from_a_prompt_the_char_vocabulary_lacks(tmp_path, monkeypatc
     (tmp_path / "a.txt").write_text("to be or not to be that is the question " * 40)
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(__file__).resolve().parents[2] / "conf"
     monkeypatch.setattr(sys, "argv", ["lab/train.py", f"--config-path={conf}", "+experiment=gpt_nano_char", "data=text_files",
                                       f"data.corpus.train_files=[{tmp_path / 'a.txt'}]", "model.n_layers=1", "model.d_model=16",
                                       "model.n_heads=2", "model.max_seq_len=16", "data.batch_size=2", "data.eval_batches=1",

@@ -1,6 +1,6 @@
 """The speedrun recipe's pieces (Muon + AdamW, warmup-stable-decay, QK-norm, ReLU^2, logit soft-cap, zero-init
 projections), each against an independent reference: an SVD, a schedule written out by hand, naive attention
-loops, hand-computed values. Exact resume with Muon is in tests/test_resume.py."""
+loops, hand-computed values. Exact resume with Muon is in tests/runtime/trainer/test_resume.py."""
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,6 @@
 """Inference inputs in-process: free text taken out of the command line verbatim, line splitting, settings
 ranges, special-token strings read as text, and training-time = inference-time token ids for the same raw line
-(classification, MLM, translation, language modelling). The CLIs themselves: tests/test_inference_cli.py."""
+(classification, MLM, translation, language modelling). The CLIs themselves: tests/runtime/inference/test_inference_cli.py."""
 from __future__ import annotations
 
 import json
