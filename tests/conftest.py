@@ -15,6 +15,9 @@ CONF = ROOT / "conf"
 # credentials) would otherwise fetch and tokenize every corpus again into that HOME's empty ~/.cache/lab.
 CACHE_DIR = os.environ.get("LAB_CACHE_DIR") or str(Path.home() / ".cache" / "lab")
 
+# A tiny GPT's sizes for in-process model tests: GPT(vocab_size, **TINY_GPT).
+TINY_GPT = dict(d_model=16, n_layers=2, n_heads=2, max_seq_len=16)
+
 # A small, fast slice of the real corpus: 4 plays for training, 1 held out, character level.
 TINY_LM = [
     "+experiment=gpt_nano_char",
