@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.errors import DataError
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # The warm corpus cache, named explicitly for subprocesses: a test that gives a run its own HOME (no W&B
@@ -31,6 +33,22 @@ TINY_LM = [
     "logger.wandb.mode=disabled",
     "task.samples.max_new_tokens=16",
 ]
+
+
+# A user's mistake is one short error line: at most LIMIT characters (tests of the data and entry points' messages).
+LIMIT = 300
+
+
+def one_short_line(message: str) -> str:
+    assert "\n" not in message and len(message) <= LIMIT, (len(message), message[:500])
+    return message
+
+
+def refused(fn, *args, **kwargs) -> str:
+    """fn(*args, **kwargs) raises DataError -> its message, checked to be one short line."""
+    with pytest.raises(DataError) as e:
+        fn(*args, **kwargs)
+    return one_short_line(str(e.value))
 
 
 def run_module(module: str, args: list[str], runs_dir: Path, timeout: int = 300, env: dict | None = None):
