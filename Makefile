@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# Headless Chromium (Debian package) renders lab.report's HTML in tests/test_report.py; without it that
+# Headless Chromium (Debian package) renders lab.report's HTML in tests/report/test_report.py; without it that
 # test is skipped with the reason. Installed when missing and apt-get is available (root, or sudo).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
@@ -68,7 +68,8 @@ mutants: setup
 # breaks lab shows at once (CI runs it after `make test`).
 OLDEST_VENV ?= .venv-oldest
 NEWEST_VENV ?= .venv-newest
-QUICK_TESTS ?= tests/test_configs.py tests/test_sweeps.py tests/test_sweeps_jobs.py tests/test_sweeps_optuna.py tests/test_train_cli.py
+QUICK_TESTS ?= tests/conf/test_configs.py tests/runtime/sweeps/test_sweeps.py tests/runtime/sweeps/test_sweeps_jobs.py \
+	tests/runtime/sweeps/test_sweeps_optuna.py tests/entry/test_train_cli.py
 
 $(OLDEST_VENV)/.installed: pyproject.toml .ci/lowest.py
 	python3 -m venv $(OLDEST_VENV)

@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from lab.errors import DataError
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # The warm corpus cache, named explicitly for subprocesses: a test that gives a run its own HOME (no W&B
 # credentials) would otherwise fetch and tokenize every corpus again into that HOME's empty ~/.cache/lab.
 CACHE_DIR = os.environ.get("LAB_CACHE_DIR") or str(Path.home() / ".cache" / "lab")
+
+# A tiny GPT's sizes for in-process model tests: GPT(vocab_size, **TINY_GPT).
+TINY_GPT = dict(d_model=16, n_layers=2, n_heads=2, max_seq_len=16)
 
 # A small, fast slice of the real corpus: 4 plays for training, 1 held out, character level.
 TINY_LM = [
@@ -28,6 +33,22 @@ TINY_LM = [
     "logger.wandb.mode=disabled",
     "task.samples.max_new_tokens=16",
 ]
+
+
+# A user's mistake is one short error line: at most LIMIT characters (tests of the data and entry points' messages).
+LIMIT = 300
+
+
+def one_short_line(message: str) -> str:
+    assert "\n" not in message and len(message) <= LIMIT, (len(message), message[:500])
+    return message
+
+
+def refused(fn, *args, **kwargs) -> str:
+    """fn(*args, **kwargs) raises DataError -> its message, checked to be one short line."""
+    with pytest.raises(DataError) as e:
+        fn(*args, **kwargs)
+    return one_short_line(str(e.value))
 
 
 def run_module(module: str, args: list[str], runs_dir: Path, timeout: int = 300, env: dict | None = None):
@@ -112,14 +133,20 @@ def compose():
 # A worker takes a whole module at a time (its module- and session-scoped training runs are built once), the
 # next one in collection order when it is free. These modules take minutes (subprocess training runs; measured
 # with --durations, longest first); starting with them keeps the run from ending on one long module while the
-# other worker waits. The order changes nothing else: each module's tests keep their order.
-LONG_MODULES = ["test_resume.py", "test_inference_cli.py", "test_autoresume.py", "test_strategies.py",
-                "test_encoder_cli.py", "test_sweeps.py", "test_moe.py", "test_wandb.py", "test_preemption_signals.py",
-                "test_launch.py", "test_translation.py", "test_translator_recipe.py", "test_report.py", "test_sweeps_jobs.py",
-                "test_config_errors.py", "test_preemption.py", "test_sweeps_optuna.py", "test_export.py",
-                "test_train_cli.py"]
+# other worker waits. The order changes nothing else: each module's tests keep their order. Paths are relative
+# to tests/; a name here that is no file fails the collection (below), so a moved module cannot drop out silently.
+LONG_MODULES = ["runtime/trainer/test_resume.py", "runtime/inference/test_inference_cli.py", "runtime/rundir/test_autoresume.py",
+                "runtime/trainer/test_strategies.py", "entry/test_encoder_cli.py", "runtime/sweeps/test_sweeps.py", "nn/test_moe.py",
+                "runtime/trainer/test_wandb.py", "runtime/rundir/test_signals.py", "runtime/rundir/test_launch.py",
+                "tasks/test_translation.py", "tasks/test_translator_recipe.py", "report/test_report.py",
+                "runtime/sweeps/test_sweeps_jobs.py", "runtime/cli/test_config_errors.py", "checkpoints/test_preemption.py",
+                "runtime/sweeps/test_sweeps_optuna.py", "hf/test_against_hf_export.py", "entry/test_train_cli.py"]
 
 
 def pytest_collection_modifyitems(items):
     first = {name: i for i, name in enumerate(LONG_MODULES)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable
+    here = Path(__file__).parent
+    missing = [name for name in LONG_MODULES if not (here / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: LONG_MODULES names no file: {', '.join(missing)}")
+    items.sort(key=lambda item: first.get(item.path.relative_to(here).as_posix(), len(first)))  # stable

@@ -4,6 +4,7 @@ that should catch it. Every listed mutant must be killed (some test fails); a su
     python tests/mutants.py                 # all mutants (this file's and every tests/mutants_*.py's MUTANTS)
     python tests/mutants.py causal beam     # only mutants whose name contains one of these words
     python tests/mutants.py --list
+    python tests/mutants.py --check         # every mutant applies and names collected tests (runs none)
 
 A mutant is (name, file, old, new, tests): `old` must occur exactly once in `file` (so a refactoring that moves
 the code makes the entry fail loudly instead of silently testing nothing); `tests` are pytest node ids or
@@ -22,10 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DECODING = "tests/test_decoding.py"
-RESUME_LM = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[lm-accum2]"
-FLOPS = "tests/test_models.py::test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables"
-RESUME_CLS = "tests/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
+DECODING = "tests/models/test_decoding.py"
+RESUME_LM = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[lm-accum2]"
+FLOPS = "tests/models/test_models.py::test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables"
+RESUME_CLS = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
 
 MUTANTS = [
     # lab/models/decoding.py
@@ -40,9 +41,9 @@ MUTANTS = [
     ("generate: slides one token too far", "lab/models/decoding.py",
      "ctx_start = ids.shape[1] - window // 2", "ctx_start = ids.shape[1] - window // 2 + 1", [DECODING]),
     ("top-k keeps only k-1 tokens", "lab/models/decoding.py",
-     "logits.masked_fill(logits < kth,", "logits.masked_fill(logits <= kth,", ["tests/test_models.py"]),
+     "logits.masked_fill(logits < kth,", "logits.masked_fill(logits <= kth,", ["tests/models/test_models.py"]),
     ("top-p drops the token that completes the nucleus", "lab/models/decoding.py",
-     "drop = cum - sorted_logits.softmax(-1) >= top_p", "drop = cum >= top_p", ["tests/test_models.py"]),
+     "drop = cum - sorted_logits.softmax(-1) >= top_p", "drop = cum >= top_p", ["tests/models/test_models.py"]),
     # lab/nn
     ("causal_mask lets each position see one future key", "lab/nn/attention.py",
      "[:, None] + offset >=", "[:, None] + offset + 1 >=", [DECODING]),
@@ -53,7 +54,7 @@ MUTANTS = [
      "start = self.length - (0 < self.length and k.shape[2] == 1); end = start + k.shape[2]", [DECODING]),
     ("the KV cache stays in the parameters' dtype", "lab/nn/attention.py",
      "if k.dtype != self.k.dtype:", "if False:",
-     ["tests/test_strategies.py::test_cached_decoding_under_fsdp2_bf16_parameters_equals_recomputation"]),
+     ["tests/runtime/trainer/test_strategies.py::test_cached_decoding_under_fsdp2_bf16_parameters_equals_recomputation"]),
     ("beam reorder forgets the values", "lab/nn/attention.py",
      "self.v = self.v.index_select(0, index)", "self.v = self.v", [DECODING]),
     ("explicit mask drops the causal part", "lab/nn/attention.py",
@@ -63,11 +64,11 @@ MUTANTS = [
      [DECODING]),
     ("rotary rotates with the wrong sign", "lab/nn/positions.py",
      "(x1 * cos - x2 * sin, x1 * sin + x2 * cos)", "(x1 * cos + x2 * sin, x1 * sin + x2 * cos)",
-     ["tests/test_attention.py"]),
+     ["tests/nn/test_attention.py"]),
     ("sinusoidal table: sin in the odd columns", "lab/nn/positions.py",
-     "table[:, 1::2] = torch.cos(", "table[:, 1::2] = torch.sin(", ["tests/test_attention.py"]),
+     "table[:, 1::2] = torch.cos(", "table[:, 1::2] = torch.sin(", ["tests/nn/test_attention.py"]),
     ("mean pooling averages over padding", "lab/models/encoder.py",
-     "return (h * m).sum(1) / m.sum(1).clamp(min=1.0)", "return h.mean(1)", ["tests/test_encoder.py"]),
+     "return (h * m).sum(1) / m.sum(1).clamp(min=1.0)", "return h.mean(1)", ["tests/models/test_encoder.py"]),
     # lab/models/seq2seq.py
     ("translator encoder ignores the source padding mask", "lab/models/seq2seq.py",
      "self.encoder(self.src_embed(src), padding_mask=src_mask)", "self.encoder(self.src_embed(src))", [DECODING]),
@@ -76,81 +77,81 @@ MUTANTS = [
      "skip=done * self.batch_size)", "skip=done * self.batch_size * self.trainer.accumulate_grad_batches)",
      [RESUME_LM]),
     ("per-device batch forgets accumulation", "lab/data/batching.py",
-     "return batch_size // (world * accum)", "return batch_size // world", ["tests/test_batching.py"]),
+     "return batch_size // (world * accum)", "return batch_size // world", ["tests/data/test_batching.py"]),
     ("Lightning's set_epoch never reaches the bucket sampler", "lab/data/batching.py",
-     "self.sampler = self", "self.sampler = None", ["tests/test_batching.py"]),
+     "self.sampler = self", "self.sampler = None", ["tests/data/test_batching.py"]),
     ("a resumed bucket sampler starts in epoch 0", "lab/data/batching.py",
-     "self.epoch = self.resume_epoch", "self.epoch = 0", ["tests/test_batching.py"]),
+     "self.epoch = self.resume_epoch", "self.epoch = 0", ["tests/data/test_batching.py"]),
     ("resume ignores the step after an epoch's last batch", "lab/data/batching.py",
-     "math.ceil(batches_in_epoch(epoch) / accum)", "batches_in_epoch(epoch) // accum", ["tests/test_batching.py"]),
+     "math.ceil(batches_in_epoch(epoch) / accum)", "batches_in_epoch(epoch) // accum", ["tests/data/test_batching.py"]),
     ("resumed bucket sampler skips one batch too many", "lab/data/batching.py",
-     "mine[self.resume_skip :]", "mine[self.resume_skip + 1 :]", ["tests/test_batching.py"]),
+     "mine[self.resume_skip :]", "mine[self.resume_skip + 1 :]", ["tests/data/test_batching.py"]),
     ("step-ordered ranks take contiguous halves", "lab/data/batching.py",
      "range(self.skip + self.rank, self.length - self.length % self.world, self.world)",
-     "range(self.skip + self.rank * (self.length // self.world), self.length, 1)", ["tests/test_batching.py"]),
+     "range(self.skip + self.rank * (self.length // self.world), self.length, 1)", ["tests/data/test_batching.py"]),
     # lab/tasks
     ("label smoothing ignored", "lab/tasks/translation.py",
-     "ignore_index=pad_id, label_smoothing=smoothing)", "ignore_index=pad_id)", ["tests/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
+     "ignore_index=pad_id, label_smoothing=smoothing)", "ignore_index=pad_id)", ["tests/tasks/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
     ("padding counted in the translation loss", "lab/tasks/translation.py",
-     "ignore_index=pad_id, label_smoothing=smoothing)", "label_smoothing=smoothing)", ["tests/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
+     "ignore_index=pad_id, label_smoothing=smoothing)", "label_smoothing=smoothing)", ["tests/tasks/test_translation.py::test_label_smoothed_loss_matches_hand_computation"]),
     ("warmup starts one step late", "lab/tasks/optim.py",
-     "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/test_tasks.py"]),
+     "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/tasks/test_optim.py"]),
     ("biases get weight decay", "lab/tasks/base.py",
-     "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/test_tasks.py"]),
+     "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/tasks/test_optim.py"]),
     ("resume forgets the dropout random state", "lab/tasks/base.py",
      "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
      [RESUME_CLS]),
     # BERT layout and the Hugging Face export (lab/nn, lab/models, lab/runtime/hf)
     ("embed_norm is ignored", "lab/nn/blocks.py",
      "if cfg.embed_norm else None", "if False else None",
-     ["tests/test_export.py::test_embed_norm_normalises_what_the_first_block_sees"]),
+     ["tests/hf/test_against_hf_export.py::test_embed_norm_normalises_what_the_first_block_sees"]),
     ("BERT pooler without its tanh", "lab/models/encoder.py",
      "return torch.tanh(self.dense(h[:, 0]))", "return self.dense(h[:, 0])",
-     ["tests/test_export.py::test_bert_logits_equal_lab_with_padding[classifier]"]),
+     ["tests/hf/test_against_hf_export.py::test_bert_logits_equal_lab_with_padding[classifier]"]),
     ("Llama export keeps lab's interleaved rotary pairs", "lab/runtime/hf/llama.py",
      "order = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])", "order = torch.arange(hd)",
-     ["tests/test_export.py::test_logits_equal_lab_on_random_inputs[llama-bpe]"]),
+     ["tests/hf/test_against_hf_export.py::test_logits_equal_lab_on_random_inputs[llama-bpe]"]),
     # streamed corpora (lab/data): MLM segment packing, held-out rows of a Hugging Face table
     ("MLM packing: a too-long line keeps one token more than the segment has room for", "lab/data/mlm.py",
      "ids = ids[: self.room]", "ids = ids[: self.room + 1]",
-     ["tests/test_mlm_stream.py::test_segments_are_a_naive_pack_of_each_whole_split"]),
+     ["tests/data/test_mlm_stream.py::test_segments_are_a_naive_pack_of_each_whole_split"]),
     ("HF table rows: the held-out tail starts one row late", "lab/data/sources/stream.py",
      "while part < len(cuts) and i * size / rows > cuts[part]:",
      "while part < len(cuts) and (i - 1) * size / rows > cuts[part]:",
-     ["tests/test_corpora_stream.py::test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows"]),
+     ["tests/data/test_corpora_stream.py::test_hugging_face_datasets_on_disk_are_read_row_by_row_and_held_out_at_rows"]),
     # shards of a file (lab/data/shards.py, mlm.py): a document goes on in the next shard; a resume inside a file
     ("resume inside a file skips one item of the reading too many", "lab/data/shards.py",
      "if item < skip:", "if item <= skip:",
-     ["tests/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
+     ["tests/data/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
     ("a resume record leaves out the text carried to the next chunk", "lab/data/shards.py",
      "out.cut(item, current, carry, read)", 'out.cut(item, current, "", read)',
-     ["tests/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
+     ["tests/data/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
     ("the LM's next shard forgets the counts of the document in progress", "lab/data/shards.py",
      'self.doc, self.blank = dict(state["doc"]), state["blank"]', 'self.blank = state["blank"]',
-     ["tests/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
+     ["tests/data/test_corpora_stream.py::test_a_file_cut_into_shards_and_killed_inside_resumes_to_the_uninterrupted_bytes"]),
     ("the MLM's next shard drops the segment being filled", "lab/data/mlm.py",
      'list(state["current"])', "[]",
-     ["tests/test_mlm_stream.py::test_segments_in_many_shards_and_a_resume_inside_the_file_are_the_one_shard_segments"]),
+     ["tests/data/test_mlm_stream.py::test_segments_in_many_shards_and_a_resume_inside_the_file_are_the_one_shard_segments"]),
     ("lab.report --ignore: a prefix group also drops keys that only start with its text", "lab/report/variants.py",
      'key == i or (i.endswith(".") and key.startswith(i))', "key.startswith(i)",
-     ["tests/test_report.py::test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them"]),
+     ["tests/report/test_report.py::test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them"]),
     ("lab.report --ignore: ignored keys are not named in the report", "lab/report/__init__.py",
      'budget_note = " ".join(n for n in (budget_note, ignored_note(runs, ignore)) if n)', "pass",
-     ["tests/test_report.py::test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them"]),
+     ["tests/report/test_report.py::test_ignored_keys_group_runs_across_lab_versions_and_the_report_names_them"]),
     ("WordPiece trains without the fixed alphabet order (ids differ per process)", "lab/data/tokenizers.py",
      "special_tokens=special_tokens + alphabet", "special_tokens=special_tokens",
-     ["tests/test_data.py::test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process"]),
+     ["tests/data/test_data.py::test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process"]),
     ("WordPiece's second reading of the sample is empty (one-shot iterator)", "lab/data/tokenizers.py",
      "        self.read = read\n", "        it = iter(read())\n        self.read = lambda: it\n",
-     ["tests/test_mlm_stream.py::test_loaded_documents_stay_one_segment_each_and_the_test_pass_scores_every_segment_once"]),
+     ["tests/data/test_mlm_stream.py::test_loaded_documents_stay_one_segment_each_and_the_test_pass_scores_every_segment_once"]),
     # checkpoints and metrics.csv (lab/runtime): a published checkpoint's steps have their rows on disk
     ("periodic checkpoint published before its step's metrics row is logged", "lab/runtime/callbacks/checkpointing.py",
      "self._log_step_metrics_now(trainer)", "pass",
-     ["tests/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced",
-      "tests/test_preemption.py::test_a_kill_right_after_a_periodic_checkpoint_leaves_the_metrics_it_covers_on_disk"]),
+     ["tests/checkpoints/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced",
+      "tests/checkpoints/test_preemption.py::test_a_kill_right_after_a_periodic_checkpoint_leaves_the_metrics_it_covers_on_disk"]),
     ("metrics.csv not fsynced before a checkpoint", "lab/runtime/trainer/metrics_csv.py",
      "os.fsync(f.fileno())", "pass",
-     ["tests/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced"]),
+     ["tests/checkpoints/test_preemption.py::test_a_checkpoint_is_published_after_the_metrics_rows_of_its_steps_are_fsynced"]),
     # lab/nn/params.py, lab/runtime/trainer/strategies.py (issue 32 item 4: MFU, fused optimizers)
     ("MFU counts a tied embedding as a lookup", "lab/nn/params.py",
      "and id(p) not in in_products}", "}", [FLOPS]),
@@ -160,7 +161,7 @@ MUTANTS = [
      "nn.Embedding | LearnedPositions | RelativePositionBias)", "nn.Embedding | LearnedPositions)", [FLOPS]),
     ("fused optimizer refused also when Lightning clips it", "lab/runtime/trainer/strategies.py",
      "and not str(optimizer.get(\"_target_\", \"\")).startswith(\"lab.\")", "",
-     ["tests/test_strategies.py::test_fused_optimizers_that_lightning_clips_or_that_are_not_clipped_pass"]),
+     ["tests/runtime/trainer/test_strategies.py::test_fused_optimizers_that_lightning_clips_or_that_are_not_clipped_pass"]),
 ]
 
 
@@ -209,12 +210,30 @@ def run_mutant(copy: Path, mutant: tuple) -> tuple[str, float, str]:
     return "ERROR", seconds, lines[-1] if lines else f"pytest exit status {result.returncode}"
 
 
+def check(mutants: list[tuple]) -> int:
+    """Without running any mutant: each `old` occurs exactly once in its file and each listed test is collected
+    (a moved or renamed test module would otherwise make its mutants fail as ERROR only when run)."""
+    problems = [f"{name}: {old!r} occurs {(ROOT / file).read_text().count(old)} times in {file}"
+                for name, file, old, _new, _tests in mutants if (ROOT / file).read_text().count(old) != 1]
+    wanted = {test for *_, tests in mutants for test in tests}
+    files = sorted({test.split("::")[0] for test in wanted})
+    problems += [f"no test file {f}" for f in files if not (ROOT / f).is_file()]
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "",
+                             *[f for f in files if (ROOT / f).is_file()]], cwd=ROOT, capture_output=True, text=True).stdout
+    collected = set(listed.splitlines()) | {node.split("[")[0] for node in listed.splitlines()}  # all parameters
+    problems += [f"not collected: {test}" for test in sorted(wanted) if "::" in test and test not in collected]
+    print("\n".join(problems) or f"{len(mutants)} mutants: every `old` occurs once, every test is collected")
+    return 1 if problems else 0
+
+
 def main(argv: list[str]) -> int:
     mutants = collect()
     if "--list" in argv:
         for m in mutants:
             print(f"{m[0]}  ({m[1]})")
         return 0
+    if "--check" in argv:
+        return check(mutants)
     words = [w.lower() for w in argv]
     chosen = [m for m in mutants if not words or any(w in m[0].lower() for w in words)]
     rows = []

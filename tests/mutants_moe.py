@@ -17,7 +17,7 @@ class Mutant(NamedTuple):
 
 
 MOE = "lab/nn/moe.py"
-REFERENCE = ("tests/test_moe_reference.py",)
+REFERENCE = ("tests/nn/test_moe_reference.py",)
 
 MUTANTS = [
     # the three issue 10 found surviving the whole suite
@@ -104,14 +104,14 @@ MUTANTS = [
         MOE,
         "return not few_on_cpu or torch.compiler.is_compiling()",
         "return not few_on_cpu",
-        ("tests/test_moe.py::test_auto_dispatch_runs_the_loop_only_eager_on_a_cpu_with_few_experts",),
+        ("tests/nn/test_moe.py::test_auto_dispatch_runs_the_loop_only_eager_on_a_cpu_with_few_experts",),
     ),
     Mutant(
         "memory: only the trim threshold is raised (large blocks still mmapped anew)",
         "lab/runtime/trainer/memory.py",
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3",
         "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -1",
-        ("tests/test_memory.py",),
+        ("tests/runtime/trainer/test_memory.py",),
     ),
     Mutant(
         "moe: gather_rows' backward sums the gradients into the wrong rows",
@@ -139,13 +139,13 @@ MUTANTS = [
         MOE,
         "top_p = scores.gather(1, top_e)",
         "top_p = biased.gather(1, top_e)",
-        ("tests/test_moe_balancing.py",),
+        ("tests/nn/test_moe_balancing.py",),
     ),
     Mutant(
         "moe: the balancing bias pushes load towards the busy experts",
         MOE,
         "torch.sign(load.mean() - load)",
         "torch.sign(load - load.mean())",
-        ("tests/test_moe_balancing.py",),
+        ("tests/nn/test_moe_balancing.py",),
     ),
 ]

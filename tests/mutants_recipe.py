@@ -1,52 +1,57 @@
 """One-line bugs in the speedrun recipe's pieces (lab.tasks.optim's MuonAdamW and WSD; QK-norm, ReLU^2, soft-cap
-and zero init in lab.nn / lab.models.gpt) that tests/test_recipe.py and the Muon resume test must kill, and in
-its config group (conf/recipe/speedrun.yaml, the presets that list it) that tests/test_configs.py must kill, for
-the mutation script (tests/mutants.py)."""
+and zero init in lab.nn / lab.models.gpt) that the tests of each piece and the Muon resume test must kill, and in
+its config group (conf/recipe/speedrun.yaml, the presets that list it) that tests/conf/test_configs.py must kill,
+for the mutation script (tests/mutants.py)."""
 from __future__ import annotations
 
 from mutants_moe import Mutant
 
-RECIPE = ("tests/test_recipe.py",)
-CONF_RECIPE = ("tests/test_configs.py",)
-RESUME_MUON = ("tests/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
+CONF_RECIPE = ("tests/conf/test_configs.py",)
+MUON = ("tests/tasks/test_muon.py",)
+WSD = ("tests/tasks/test_optim.py::test_wsd_schedule_by_hand",)
+QK_NORM = ("tests/nn/test_attention.py::test_qk_norm_attention_equals_a_naive_loop",
+           "tests/nn/test_attention.py::test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys")
+FFN = ("tests/nn/test_ffn.py",)
+BLOCKS = ("tests/nn/test_blocks.py",)
+RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
     Mutant("muon: the hidden matrices go to AdamW", "lab/tasks/optim.py",
            'hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False)]',
-           'hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False) and p.dim() > 2]', RECIPE),
+           'hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False) and p.dim() > 2]', MUON),
     Mutant("muon: the head counts as a hidden matrix", "lab/nn/blocks.py",
            "for b in model.modules() if isinstance(b, Block) for m in b.modules()",
-           "for b in [model] for m in b.modules()", RECIPE),
+           "for b in [model] for m in b.modules()", MUON),
     Mutant("muon: a loaded state does not reach the inner optimizers", "lab/tasks/optim.py",
            "        super().load_state_dict(state_dict)  # replaces", "        return super().load_state_dict(state_dict)  # replaces",
-           RECIPE + RESUME_MUON),
+           MUON + RESUME_MUON),
     Mutant("muon: AdamW never steps", "lab/tasks/optim.py",
-           "        self.adamw.step()\n", "", RECIPE),
+           "        self.adamw.step()\n", "", MUON),
     Mutant("wsd: the decay starts one step late", "lab/tasks/optim.py",
            "(step - (self.total_steps - decay_steps)) / decay_steps", "(step - 1 - (self.total_steps - decay_steps)) / decay_steps",
-           RECIPE),
+           WSD),
     Mutant("wsd: decays to 0 whatever min_lr", "lab/tasks/optim.py",
-           "return 1.0 + (floor - 1.0) * progress", "return 1.0 - progress", RECIPE),
+           "return 1.0 + (floor - 1.0) * progress", "return 1.0 - progress", WSD),
     Mutant("qk-norm: keys left unnormalised", "lab/nn/attention.py",
-           "q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)", "q = self._norm(q, self.q_norm)", RECIPE),
+           "q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)", "q = self._norm(q, self.q_norm)", QK_NORM),
     Mutant("qk-norm: normalises the values instead of the keys", "lab/nn/attention.py",
            "q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)",
-           "q, v = self._norm(q, self.q_norm), self._norm(v, self.k_norm)", RECIPE),
-    Mutant("relu_squared is plain relu", "lab/nn/ffn.py", "return F.relu(x).square()", "return F.relu(x)", RECIPE),
+           "q, v = self._norm(q, self.q_norm), self._norm(v, self.k_norm)", QK_NORM),
+    Mutant("relu_squared is plain relu", "lab/nn/ffn.py", "return F.relu(x).square()", "return F.relu(x)", FFN),
     Mutant("soft-cap forgets to scale back by the cap", "lab/nn/blocks.py",
-           "return self.cap * torch.tanh(x / self.cap)", "return torch.tanh(x / self.cap)", RECIPE),
+           "return self.cap * torch.tanh(x / self.cap)", "return torch.tanh(x / self.cap)", BLOCKS),
     Mutant("soft-cap never applied", "lab/models/gpt.py",
-           "return logits if self.softcap is None else self.softcap(logits)", "return logits", RECIPE),
+           "return logits if self.softcap is None else self.softcap(logits)", "return logits", BLOCKS),
     Mutant("zero init leaves the projections random", "lab/nn/blocks.py",
-           "std=0.0 if residual and zero_residual_proj else", "std=std if residual and zero_residual_proj else", RECIPE),
+           "std=0.0 if residual and zero_residual_proj else", "std=std if residual and zero_residual_proj else", BLOCKS),
     Mutant("zero init leaves an untied head random", "lab/models/gpt.py",
-           "            nn.init.zeros_(self.lm_head.weight)", "            pass", RECIPE),
+           "            nn.init.zeros_(self.lm_head.weight)", "            pass", BLOCKS),
     Mutant("compile=true leaves a language model's loss uncompiled", "lab/tasks/language_model.py",
            "        self._loss = torch.compile(self._loss)", "        pass",
-           ["tests/test_tasks.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
+           ["tests/tasks/test_optim.py::test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_decoding_eager"]),
     Mutant("MuonAdamW drops task.optimizer.fused", "lab/tasks/optim.py",
            "weight_decay=weight_decay,\n                                       fused=fused)",
-           "weight_decay=weight_decay)", RECIPE),
+           "weight_decay=weight_decay)", MUON),
     # conf/recipe/speedrun.yaml used by the fast presets' defaults, and +recipe= on the command line
     Mutant("gpt_small_fast lists the recipe before gpt_small (gpt_small's lr and schedule win)", "conf/experiment/gpt_small_fast.yaml",
            "  - gpt_small\n  - /recipe: speedrun\n", "  - /recipe: speedrun\n  - gpt_small\n", CONF_RECIPE),
@@ -56,5 +61,5 @@ MUTANTS = [
            'keys.index("+recipe") < keys.index("+experiment")', 'keys.index("+recipe") > keys.index("+experiment")', CONF_RECIPE),
     Mutant("help reads a recipe's comments as recipe.* keys", "lab/runtime/cli/help.py",
            'add(path, "" if path.is_file() and path.read_text().startswith("# @package _global_") else group.replace("/", "."))',
-           'add(path, group.replace("/", "."))', ("tests/test_help.py::test_a_recipe_is_listed_and_its_comments_describe_the_whole_config",)),
+           'add(path, group.replace("/", "."))', ("tests/runtime/cli/test_help.py::test_a_recipe_is_listed_and_its_comments_describe_the_whole_config",)),
 ]

@@ -7,9 +7,9 @@ its replacement, and the tests that must fail once it is applied.
 from __future__ import annotations
 
 DECODING = "lab/models/decoding.py"
-NBEST = ("tests/test_translator_decoding.py",)
-VAL_SUBSET = ("tests/test_translator_recipe.py::test_val_bleu_decodes_the_same_first_sentences_every_validation",)
-DATA = ("tests/test_translator_data.py",)
+NBEST = ("tests/models/test_decoding_nbest.py",)
+VAL_SUBSET = ("tests/tasks/test_translator_recipe.py::test_val_bleu_decodes_the_same_first_sentences_every_validation",)
+DATA = ("tests/data/test_translator_data.py",)
 
 MUTANTS = [
     ("n-best: eos at the length limit is free (not at its real log-probability)", DECODING,

@@ -5,9 +5,11 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_GPT as TINY
 
 from lab.models.gpt import GPT
-from lab.nn import KVCache, TransformerConfig, TransformerStack
+from lab.nn import KVCache, MultiHeadAttention, TransformerConfig, TransformerStack
+from lab.nn.norms import RMSNorm
 from lab.nn.positions import RelativePositionBias, RotaryEmbedding, relative_bucket, sinusoidal_table
 
 POSITIONS = ["learned", "sinusoidal", "rotary", "relative", "none"]
@@ -218,3 +220,43 @@ def test_head_dim_is_d_model_over_n_heads_unless_set():
         TransformerConfig(head_dim=0)
     with pytest.raises(ConfigError, match="rotary positions need an even head size, got model.head_dim=7"):
         TransformerConfig(head_dim=7, positions="rotary")
+
+
+# ---- QK-norm ----------------------------------------------------------------------------------------------
+
+def test_qk_norm_attention_equals_a_naive_loop():
+    """2 heads of size 2, 3 positions, causal, learned gains: every score is (q/rms(q)*gq) . (k/rms(k)*gk) / sqrt(2)."""
+    torch.manual_seed(0)
+    qk_norm = (RMSNorm(2), RMSNorm(2))
+    with torch.no_grad():
+        qk_norm[0].weight.copy_(torch.tensor([1.5, 0.5]))
+        qk_norm[1].weight.copy_(torch.tensor([2.0, -1.0]))
+    attn = MultiHeadAttention(4, 2, bias=True, qk_norm=qk_norm)
+    x = torch.randn(1, 3, 4)
+    out = attn(x, is_causal=True)[0]
+    qkv = x[0] @ attn.qkv_proj.weight.detach().T + attn.qkv_proj.bias.detach()  # [3, 12]
+    heads = []
+    for h in range(2):
+        q, k, v = (qkv[:, part * 4 + 2 * h: part * 4 + 2 * h + 2] for part in range(3))
+        rms = lambda t: t / torch.sqrt((t * t).mean(-1, keepdim=True) + 1e-6)  # noqa: E731
+        q, k = rms(q) * torch.tensor([1.5, 0.5]), rms(k) * torch.tensor([2.0, -1.0])
+        rows = []
+        for i in range(3):
+            scores = torch.stack([(q[i] * k[j]).sum() / math.sqrt(2) for j in range(i + 1)])
+            rows.append((scores.softmax(0)[:, None] * v[: i + 1]).sum(0))
+        heads.append(torch.stack(rows))
+    expected = torch.cat(heads, -1) @ attn.out_proj.weight.detach().T + attn.out_proj.bias.detach()
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(**TINY, qk_norm=True)
+    model = GPT(11, **TINY, qk_norm=True)
+    x = torch.randint(0, 11, (2, 8))
+    before = model(x)
+    with torch.no_grad():
+        for block in model.decoder.layers:
+            block.self_attn.qkv_proj.weight[: 2 * cfg.d_model] *= 7.0  # queries and keys, not values
+            block.self_attn.qkv_proj.bias[: 2 * cfg.d_model] *= 7.0
+    assert torch.allclose(model(x), before, atol=1e-4)

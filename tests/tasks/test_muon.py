@@ -1,6 +1,5 @@
-"""The speedrun recipe's pieces (Muon + AdamW, warmup-stable-decay, QK-norm, ReLU^2, logit soft-cap, zero-init
-projections), each against an independent reference: an SVD, a schedule written out by hand, naive attention
-loops, hand-computed values. Exact resume with Muon is in tests/test_resume.py."""
+"""MuonAdamW (lab/tasks/optim.py): Muon on the blocks' hidden matrices, AdamW on the rest, against an SVD;
+its state, FSDP2 and the fused AdamW part. Exact resume with Muon is in tests/runtime/trainer/test_resume.py."""
 from __future__ import annotations
 
 import logging
@@ -9,16 +8,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_GPT as TINY
 from hydra.utils import instantiate
 
 from lab.errors import LabError
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, MultiHeadAttention, SoftCap, TransformerConfig, hidden_matrices
-from lab.nn.ffn import ACTIVATIONS
-from lab.nn.norms import RMSNorm
-from lab.tasks.optim import MuonAdamW, warmup_stable_decay
-
-TINY = dict(d_model=16, n_layers=2, n_heads=2, max_seq_len=16)
+from lab.nn import hidden_matrices
+from lab.tasks.optim import MuonAdamW
 
 
 def task_groups(model: torch.nn.Module) -> list[dict]:
@@ -108,130 +104,6 @@ def test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings(compose, ta
     assert isinstance(opt, MuonAdamW)
     assert opt.adamw.param_groups[0]["lr"] == cfg.task.optimizer.lr and opt.muon.param_groups[0]["lr"] == 0.02
     assert opt.adamw.param_groups[0]["betas"] == tuple(cfg.task.optimizer.betas)
-
-
-# ---- warmup-stable-decay ------------------------------------------------------------------------------------
-
-def test_wsd_schedule_by_hand():
-    """warmup 2, total 10, decay over the last 30% = 3 steps (7 -> 10), min_lr 0.1 of lr 1.0."""
-    p = torch.nn.Parameter(torch.zeros(1))
-    opt = torch.optim.SGD([{"params": [p]}, {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.5}], lr=1.0)
-    sched = warmup_stable_decay(opt, warmup_steps=2, total_steps=10, min_lr=0.1, decay_fraction=0.3)
-    lrs = []
-    for _ in range(12):
-        lrs.append([g["lr"] for g in opt.param_groups])
-        opt.step()
-        sched.step()
-    first = [0.5, 1, 1, 1, 1, 1, 1, 1, 0.7, 0.4, 0.1, 0.1]
-    assert [a for a, _ in lrs] == pytest.approx(first)
-    assert [b for _, b in lrs] == pytest.approx([0.5 * f for f in first])  # the same fraction of each group's lr
-
-
-def test_wsd_resumed_with_another_length_says_so(caplog):
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    old = warmup_stable_decay(opt, 2, 10, decay_fraction=0.5)
-    for _ in range(6):
-        opt.step()
-        old.step()  # step 6: 1/5 into the decay of steps 5..10
-    state = old.state_dict()
-    new = warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 2, 20, decay_fraction=0.5)
-    with caplog.at_level(logging.INFO, logger="lab"):
-        new.load_state_dict(state)
-    assert new.total_steps == 20 and new.factor(6) == 1.0 and new.factor(15) == pytest.approx(0.5)
-    assert any("total_steps 10 -> 20 at step 6" in r.getMessage() and "0.8 -> 1" in r.getMessage()
-               for r in caplog.records)
-
-
-def test_wsd_refuses_an_empty_decay():
-    with pytest.raises(LabError, match="decay_fraction=0.2"):
-        warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 2, 10, decay_fraction=0)
-
-
-# ---- QK-norm, ReLU^2, soft-cap, zero init -------------------------------------------------------------------
-
-def test_qk_norm_attention_equals_a_naive_loop():
-    """2 heads of size 2, 3 positions, causal, learned gains: every score is (q/rms(q)*gq) . (k/rms(k)*gk) / sqrt(2)."""
-    torch.manual_seed(0)
-    qk_norm = (RMSNorm(2), RMSNorm(2))
-    with torch.no_grad():
-        qk_norm[0].weight.copy_(torch.tensor([1.5, 0.5]))
-        qk_norm[1].weight.copy_(torch.tensor([2.0, -1.0]))
-    attn = MultiHeadAttention(4, 2, bias=True, qk_norm=qk_norm)
-    x = torch.randn(1, 3, 4)
-    out = attn(x, is_causal=True)[0]
-    qkv = x[0] @ attn.qkv_proj.weight.detach().T + attn.qkv_proj.bias.detach()  # [3, 12]
-    heads = []
-    for h in range(2):
-        q, k, v = (qkv[:, part * 4 + 2 * h: part * 4 + 2 * h + 2] for part in range(3))
-        rms = lambda t: t / torch.sqrt((t * t).mean(-1, keepdim=True) + 1e-6)  # noqa: E731
-        q, k = rms(q) * torch.tensor([1.5, 0.5]), rms(k) * torch.tensor([2.0, -1.0])
-        rows = []
-        for i in range(3):
-            scores = torch.stack([(q[i] * k[j]).sum() / math.sqrt(2) for j in range(i + 1)])
-            rows.append((scores.softmax(0)[:, None] * v[: i + 1]).sum(0))
-        heads.append(torch.stack(rows))
-    expected = torch.cat(heads, -1) @ attn.out_proj.weight.detach().T + attn.out_proj.bias.detach()
-    assert torch.allclose(out, expected, atol=1e-5)
-
-
-def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys():
-    torch.manual_seed(0)
-    cfg = TransformerConfig(**TINY, qk_norm=True)
-    model = GPT(11, **TINY, qk_norm=True)
-    x = torch.randint(0, 11, (2, 8))
-    before = model(x)
-    with torch.no_grad():
-        for block in model.decoder.layers:
-            block.self_attn.qkv_proj.weight[: 2 * cfg.d_model] *= 7.0  # queries and keys, not values
-            block.self_attn.qkv_proj.bias[: 2 * cfg.d_model] *= 7.0
-    assert torch.allclose(model(x), before, atol=1e-4)
-
-
-def test_relu_squared_by_hand():
-    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0])
-    assert ACTIVATIONS["relu_squared"]()(x).tolist() == [0.0, 0.0, 0.0, 0.25, 9.0]
-    assert TransformerConfig(**TINY, ffn="relu_squared").d_ff == 64  # 4 x d_model, as relu and gelu
-    with pytest.raises(ConfigError, match="model.ffn=gelu"):
-        TransformerConfig(**TINY, ffn="relu_squared", moe={"num_experts": 4})
-
-
-def test_softcap_by_hand_and_on_the_gpt_logits():
-    cap = SoftCap(2.0)
-    out = cap(torch.tensor([0.0, 1.0, -1.0, 100.0]))
-    assert out.tolist() == pytest.approx([0.0, 0.92423431452, -0.92423431452, 2.0])  # 2 tanh(1/2) = 0.9242...
-    torch.manual_seed(0)
-    capped = GPT(11, **TINY, logit_softcap=0.05)
-    raw = GPT(11, **TINY)
-    raw.load_state_dict(capped.state_dict())
-    x = torch.randint(0, 11, (2, 8))
-    assert torch.allclose(capped(x), 0.05 * torch.tanh(raw(x) / 0.05), atol=1e-7)
-    assert capped(x).abs().max() < 0.05 < raw(x).abs().max()
-    with pytest.raises(ConfigError, match="logit_softcap=null"):
-        SoftCap(0.0)
-
-
-def test_zero_init_projections_start_every_block_as_the_identity():
-    torch.manual_seed(0)
-    model = GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False)
-    for block in model.decoder.layers:
-        assert not block.self_attn.out_proj.weight.any() and not block.ffn.down.weight.any()
-        assert block.self_attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.2)
-    assert not model.lm_head.weight.any()
-    x = torch.randint(0, 11, (2, 8))
-    loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
-    assert loss.item() == pytest.approx(math.log(11), abs=1e-6)  # a zero head: the uniform prediction
-    tied = GPT(11, **TINY, zero_init_proj=True)  # tied: the head is the embedding, which stays random
-    assert tied.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.2) and not tied.decoder.layers[0].ffn.down.weight.any()
-
-
-def test_the_new_options_are_refused_by_export_with_their_names():
-    from lab.runtime.hf import LM_FAMILIES, pick_family
-
-    # QK-norm is kept (Apertus computes it), the soft-cap is named
-    with pytest.raises(LabError, match=r"nearest: ApertusForCausalLM, which needs model.positions=rotary model.norm=rmsnorm "
-                                       r"model.bias=false model.logit_softcap=null\. "):
-        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), LM_FAMILIES)
-    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), LM_FAMILIES)[0] == "GPT2LMHeadModel"
 
 
 # ---- FSDP2 ----------------------------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ print(json.dumps([tok.backend.get_vocab(), tok.encode(" ".join(texts[:3])), tok.
 def test_wordpiece_training_gives_the_same_vocabulary_and_ids_in_every_process():
     """tokenizers' WordPieceTrainer numbers the "##x" pieces in hash-map order (new in every process) and breaks
     ties between merges by id: without lab's fixed alphabet order, 10 of 10 processes had distinct vocabularies."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
     runs = [json.loads(subprocess.run([sys.executable, "-c", WORDPIECE_TIES], env=env, capture_output=True, text=True,
                                       check=True).stdout) for _ in range(3)]
     assert runs[1] == runs[0] and runs[2] == runs[0]  # vocabulary, ids and the serialised tokenizer

@@ -8,10 +8,12 @@ import sys
 
 import pytest
 import torch
+from conftest import TINY_GPT as TINY
 from conftest import TINY_LM, run_dirs, run_module, train
 
 from lab.data.classification import encode_sentence
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
+from lab.errors import LabError
 from lab.models.decoding import generate, greedy_translate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
@@ -392,3 +394,13 @@ def test_an_moe_refusal_names_the_mixtral_settings():
     with pytest.raises(LabError, match="nearest: MixtralForCausalLM") as e:
         export(_model(tok.vocab_size, **GPT2_LAYOUT, moe={"num_experts": 4, "top_k": 2}), tok, {}, None)
     assert "model.positions=rotary" in str(e.value) and "model.moe.capacity_factor_eval=null" in str(e.value)
+
+
+def test_the_new_options_are_refused_by_export_with_their_names():
+    from lab.runtime.hf import LM_FAMILIES, pick_family
+
+    # QK-norm is kept (Apertus computes it), the soft-cap is named
+    with pytest.raises(LabError, match=r"nearest: ApertusForCausalLM, which needs model.positions=rotary model.norm=rmsnorm "
+                                       r"model.bias=false model.logit_softcap=null\. "):
+        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), LM_FAMILIES)
+    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), LM_FAMILIES)[0] == "GPT2LMHeadModel"

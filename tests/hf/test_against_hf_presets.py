@@ -93,8 +93,8 @@ def test_shipped_fast_lm_preset_exports_as_apertus_and_comes_back_bit_exact(comp
     """The speedrun presets at their own sizes, with their data's tokenizer kind (char, BPE): transformers'
     logits on a left-padded batch of prompts of other lengths, its batched greedy generate, its tokenizer and a
     round trip through model.init_from all equal lab's."""
-    from test_export import SAMPLES
-    from test_export_pipelines import TRICKY
+    from test_against_hf_export import SAMPLES
+    from test_against_hf_pipelines import TRICKY
 
     from lab.data.lm import EOS
     from lab.data.tokenizers import train_tokenizer

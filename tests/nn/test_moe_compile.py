@@ -18,7 +18,7 @@ from lab.nn.moe import make_moe
 D = 16
 # Compiled, dispatch=auto is grouped_mm; eager at 4 experts on a CPU it would be the per-expert loop, whose GEMMs
 # sum in another order (gradients 1e-5 apart on an AMD host). Both sides run grouped_mm, so the tolerance can
-# stay at float32 rounding; each path against the per-token reference is tests/test_moe_reference.py.
+# stay at float32 rounding; each path against the per-token reference is tests/nn/test_moe_reference.py.
 GROUPED = dict(num_experts=4, top_k=2, dispatch="grouped_mm")
 LAYERS = {  # id: (moe settings, causal)
     "token-choice-capacity-decoder": (dict(GROUPED, capacity_factor=0.75), True),

@@ -8,7 +8,17 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_export import CASES, MARIAN_LAYOUT, PAIRS, SPECIALS, TEXT, TRANSLATORS, _model, _perturbed, _tokenizer
+from test_against_hf_export import (
+    CASES,
+    MARIAN_LAYOUT,
+    PAIRS,
+    SPECIALS,
+    TEXT,
+    TRANSLATORS,
+    _model,
+    _perturbed,
+    _tokenizer,
+)
 
 from lab.data.tokenizers import HFTokenizer
 from lab.errors import LabError

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import pytest
 import torch
 
+from lab.errors import LabError
 from lab.models.gpt import GPT
 from lab.tasks.language_model import LanguageModelTask
-from lab.tasks.optim import inverse_sqrt, warmup_cosine
+from lab.tasks.optim import inverse_sqrt, warmup_cosine, warmup_stable_decay
 
 
 def lrs(make, steps: int) -> list[float]:
@@ -70,3 +72,40 @@ def test_compile_for_training_compiles_the_loss_with_eager_numbers_and_leaves_de
     for (name, p), q in zip(eager.model.named_parameters(), compiled.model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
     assert type(compiled.model) is GPT and type(eager._loss) is not type(compiled._loss)
+
+
+# ---- warmup-stable-decay ----------------------------------------------------------------------------------
+
+def test_wsd_schedule_by_hand():
+    """warmup 2, total 10, decay over the last 30% = 3 steps (7 -> 10), min_lr 0.1 of lr 1.0."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([{"params": [p]}, {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.5}], lr=1.0)
+    sched = warmup_stable_decay(opt, warmup_steps=2, total_steps=10, min_lr=0.1, decay_fraction=0.3)
+    lrs = []
+    for _ in range(12):
+        lrs.append([g["lr"] for g in opt.param_groups])
+        opt.step()
+        sched.step()
+    first = [0.5, 1, 1, 1, 1, 1, 1, 1, 0.7, 0.4, 0.1, 0.1]
+    assert [a for a, _ in lrs] == pytest.approx(first)
+    assert [b for _, b in lrs] == pytest.approx([0.5 * f for f in first])  # the same fraction of each group's lr
+
+
+def test_wsd_resumed_with_another_length_says_so(caplog):
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    old = warmup_stable_decay(opt, 2, 10, decay_fraction=0.5)
+    for _ in range(6):
+        opt.step()
+        old.step()  # step 6: 1/5 into the decay of steps 5..10
+    state = old.state_dict()
+    new = warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 2, 20, decay_fraction=0.5)
+    with caplog.at_level(logging.INFO, logger="lab"):
+        new.load_state_dict(state)
+    assert new.total_steps == 20 and new.factor(6) == 1.0 and new.factor(15) == pytest.approx(0.5)
+    assert any("total_steps 10 -> 20 at step 6" in r.getMessage() and "0.8 -> 1" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_wsd_refuses_an_empty_decay():
+    with pytest.raises(LabError, match="decay_fraction=0.2"):
+        warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 2, 10, decay_fraction=0)

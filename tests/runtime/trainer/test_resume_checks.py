@@ -140,7 +140,7 @@ def test_a_checkpoint_from_before_grouped_query_attention_resumes_with_one_note(
 
     from lab.runtime.trainer.resume import parameter_shapes
 
-    now = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf/model/gpt.yaml"))
+    now = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[3] / "conf/model/gpt.yaml"))
     saved = {k: v for k, v in now.items() if k != "n_kv_heads"}
     vocab = {"vocab_size": 65}
     assert parameter_shapes(saved, vocab) == parameter_shapes(now, vocab)

@@ -1,11 +1,15 @@
 """Inference inputs in-process: free text taken out of the command line verbatim, line splitting, settings
 ranges, special-token strings read as text, and training-time = inference-time token ids for the same raw line
-(classification, MLM, translation, language modelling). The CLIs themselves: tests/test_inference_cli.py."""
+(classification, MLM, translation, language modelling). The CLIs themselves: tests/runtime/inference/test_inference_cli.py."""
 from __future__ import annotations
 
+import gzip
 import json
+import re
+import sys
 
 import pytest
+from conftest import refused
 from omegaconf import OmegaConf
 
 from lab.data.sources.text import normalize_document, normalize_sentence
@@ -237,3 +241,25 @@ def test_fill_mask_windows_keep_every_mask_inside_trained_positions():
         for (start, window), m in zip(windows, masks):
             assert len(window) == 30 and window == ids[start : start + 30] and start <= m < start + 30
     assert mask_windows(ids[:30], [5, 20], 30) == [(0, ids[:30])]
+
+
+def test_inference_inputs_that_are_not_text_are_one_line(tmp_path, monkeypatch):
+    from lab.runtime.inference.inputs import read_texts
+
+    (tmp_path / "in.txt").write_bytes(gzip.compress(b"a text\n"))
+    (tmp_path / "nul.txt").write_bytes(b"abc\n" * 3000 + b"\0\n")  # past the first 8 KB
+    assert re.fullmatch(r"\S+in.txt is a gzip-compressed file, not text; zcat \S+in.txt > in.plain.txt and give that file",
+                        refused(read_texts, None, str(tmp_path / "in.txt")))
+    assert "nul.txt holds NUL bytes (byte offset 12000): a binary file" in refused(read_texts, None, str(tmp_path / "nul.txt"))
+
+    class Stdin:
+        buffer = __import__("io").BytesIO(b"one\ntw\0o\n")
+
+        @staticmethod
+        def isatty():
+            return False
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    with pytest.raises(LabError, match=r"^file=\S+ is a directory; give a UTF-8 text file"):
+        read_texts(None, str(tmp_path))
+    with pytest.raises(LabError, match=r"^stdin holds NUL bytes \(byte offset 6\): binary data, not text"):
+        read_texts(None, None)

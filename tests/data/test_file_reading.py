@@ -1,43 +1,30 @@
-"""The long tail of messy files and mistakes (issue 33): each case read exactly and reported with its counts,
-or refused in one short `error:` line that names the problem and a fix; for the three tasks' datamodules, and
-the entry points called in-process (exit code 2, one line, no traceback). A seeded fuzz test over randomly
-damaged files holds every outcome to the same rule, with the lines of each file accounted for."""
+"""Reading the user's messy files (lab.data.sources.reading, through the three tasks' datamodules): each case
+read exactly and reported with its counts, or refused in one short `error:` line that names the problem and a
+fix. A seeded fuzz test over randomly damaged files holds every outcome to the same rule, with the lines of each
+file accounted for."""
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import os
 import pickle
 import random
 import re
 import shutil
-import sys
 import time
 import unicodedata
 from pathlib import Path
 
 import pytest
+from conftest import one_short_line, refused
 from test_data_files import BASE, PAIRS, TEST, TESTP, TEXT, VAL, VALID, classify, event, translate, write
 
 from lab.data.classification import LabelledFilesDataModule
 from lab.data.sources.reading import label_of, label_order
-from lab.errors import DataError, LabError
+from lab.errors import DataError
 
-LIMIT = 300  # characters an error line may have
 NFD = unicodedata.normalize("NFD", "café")
 CSV_TEXT = "text,label\n" + "".join(f"good film {i},pos\nbad film {i},neg\n" for i in range(10))
-
-
-def one_short_line(message: str) -> str:
-    assert "\n" not in message and len(message) <= LIMIT, (len(message), message[:500])
-    return message
-
-
-def refused(fn, *args, **kwargs) -> str:
-    with pytest.raises(DataError) as e:
-        fn(*args, **kwargs)
-    return one_short_line(str(e.value))
 
 
 def padded(rows: int) -> str:
@@ -272,7 +259,7 @@ LM = [
      r"a.txt holds NUL bytes \(byte offset 9016\): a binary file"),
     ("gzip-named-txt", {"a.txt": gzip.compress(TEXT.encode())}, {"train": ["a.txt"]}, r"a.txt is a gzip-compressed file"),
     # (a small .gz / .zst corpus has held-out tails cut at exact fractions of its text, as a plain file has:
-    # tests/test_corpora_stream.py::test_compressed_file_gives_the_plain_files_tokens)
+    # tests/data/test_corpora_stream.py::test_compressed_file_gives_the_plain_files_tokens)
     ("no-match-names-the-pattern", {"a.txt": TEXT}, {"train": ["b*.txt"]}, r"data.corpus.train_files: no file matches"),
 ]
 
@@ -300,113 +287,6 @@ def test_language_model_long_tail(tmp_path, files, options, expected):
     for fact, value in expected.get("facts", {}).items():
         assert dm.report["files"][0][fact] == value
     assert "\r" not in dm.tokenizer.itos and NFD[-1] not in dm.tokenizer.itos  # the model sees NFC and \n
-
-
-# ---------------------------------------------------------------- the entry points, in-process
-
-def run_entry(module: str, args: list[str], monkeypatch, capsys) -> tuple[int, str]:
-    """python -m lab.<module> <args> in this process: (exit code, stderr)."""
-    mod = importlib.import_module(f"lab.{module}")
-    conf = Path(__file__).resolve().parents[1] / "conf"  # in-process, Hydra looks for config_path as a package
-    monkeypatch.setattr(sys, "argv", [f"lab/{module}.py", f"--config-path={conf}", *args])
-    with pytest.raises(SystemExit) as e:
-        mod.main()
-    return e.value.code, capsys.readouterr().err
-
-
-def unsafe_pickle(path: Path) -> Path:
-    class Payload:
-        def __reduce__(self):
-            return (os.system, ("echo ran",))
-    path.write_bytes(pickle.dumps(Payload()))
-    return path
-
-
-ENTRY = [
-    ("train", ["--max_steps=20"], r"--max_steps=20 is not an option: settings are key=value overrides without dashes; give trainer.max_steps=20$"),
-    ("train", ["--lr=0.01", "trainer.max_steps=2"], r"give task.optimizer.lr=0.01$"),
-    ("train", ["--max_step=3"], r"give trainer.max_steps=3$"),
-    ("train", ["max_steps=20"], r"^max_steps is not a config key; did you mean trainer.max_steps=20\?$"),
-    ("train", ["+experiment=gpt_nano_char", "data.batch=3"], r"^data.batch is not a config key; did you mean data.batch_size\?"),
-    ("train", ["--nonsense=1"], r"--nonsense=1 is not an option, and nonsense is not a setting of lab.train"),
-    ("generate", ["prompt=hi"], r"^ckpt_path is required but not set; give it on the command line, e.g. ckpt_path=<value>$"),
-    ("classify", ["text=hi"], r"^ckpt_path is required but not set"),
-    ("translate", ["text=hi"], r"^ckpt_path is required but not set"),
-    ("eval", [], r"^ckpt_path is required but not set"),
-    ("fill_mask", ["text=a [MASK] film"], r"^ckpt_path is required but not set"),
-    ("generate", ["ckpt_path=EVIL", "prompt=hi"], r"EVIL holds executable objects \(posix.system\), not only tensors"),
-    ("classify", ["ckpt_path=EVIL", "text=hi"], r"EVIL holds executable objects \(posix.system\)"),
-    ("translate", ["ckpt_path=PLAIN", "text=hi"], r"PLAIN cannot be read \(UnpicklingError.*\); it is damaged or not a checkpoint"),
-    ("eval", ["ckpt_path=EVIL", "compare_to=TMP/nope"], r"^compare_to=\S*nope does not exist; give a run directory"),
-    ("eval", ["ckpt_path=EVIL", "compare_to=TMP"], r"^compare_to=\S* is a directory without checkpoints"),
-    ("eval", ["ckpt_path=EVIL", "outputs_dir=TMP/afile"], r"^outputs_dir=\S*afile is a file; give a directory"),
-    ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP"], r"^output_file=\S* is a directory; give a file name"),
-    ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP/no/such/out.en"],
-     r"^output_file=\S*out.en: its directory does not exist; create it \(mkdir -p \S+no/such\) or give another path$"),
-    ("train", ["+experiment=gpt_nano_char", "trainer.strategy=ddp_fsdp_xyz"], r"trainer.strategy='ddp_fsdp_xyz' is not a strategy Lightning knows; e.g. auto"),
-    ("train", ["+experiment=gpt_nano_char", "trainer.strategy=ddpp"], r"trainer.strategy='ddpp' is not a strategy Lightning knows; did you mean trainer.strategy=ddp\?"),
-    ("train", ["+experiment=gpt_nano_char", "trainer.accelerator=gpux"], r"trainer.accelerator='gpux' must be one of auto, cpu, gpu"),
-    ("train", ["+experiment=gpt_nano_char", "paths.runs_dir=TMP/afile"], r"cannot create the run directory \S*afile\S* \(Not a directory\); set paths.runs_dir="),
-    ("train", ["+experiment=encoder_classifier", "data=text_classification", "data.train_file=TMP/train.tsv"],
-     r"train.tsv is a gzip-compressed file, not text"),
-]
-
-
-@pytest.mark.parametrize("module,args,expected", ENTRY, ids=[f"{m}-{'-'.join(a)[:40]}" for m, a, _ in ENTRY])
-def test_entry_point_mistakes_are_one_line(tmp_path, monkeypatch, capsys, module, args, expected):
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "train.tsv").write_bytes(gzip.compress(BASE.encode()))
-    unsafe_pickle(tmp_path / "evil.ckpt")
-    (tmp_path / "plain.ckpt").write_bytes(pickle.dumps({"state_dict": {}}))
-    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
-    args = [a.replace("EVIL", str(tmp_path / "evil.ckpt")).replace("PLAIN", str(tmp_path / "plain.ckpt"))
-            .replace("TMP", str(tmp_path)) for a in args]
-    code, err = run_entry(module, args, monkeypatch, capsys)
-    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("using ")]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    assert lines[0].startswith("error: ") and len(lines[0]) <= LIMIT + 7, lines[0]
-    assert re.search(expected.replace("EVIL", re.escape(str(tmp_path / "evil.ckpt"))).replace(
-        "PLAIN", re.escape(str(tmp_path / "plain.ckpt"))), lines[0].removeprefix("error: ")), lines[0]
-
-
-def test_lm_samples_from_a_prompt_the_char_vocabulary_lacks(tmp_path, monkeypatch, capsys):
-    """The default sample prompt ("ROMEO.\\n") on a corpus with no capitals and no newline encodes to nothing: the
-    samples start at a document boundary instead of an IndexError after training."""
-    (tmp_path / "a.txt").write_text("to be or not to be that is the question " * 40)
-    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    monkeypatch.setattr(sys, "argv", ["lab/train.py", f"--config-path={conf}", "+experiment=gpt_nano_char", "data=text_files",
-                                      f"data.corpus.train_files=[{tmp_path / 'a.txt'}]", "model.n_layers=1", "model.d_model=16",
-                                      "model.n_heads=2", "model.max_seq_len=16", "data.batch_size=2", "data.eval_batches=1",
-                                      "trainer.max_steps=2", "trainer.val_check_interval=2", "task.samples.max_new_tokens=4",
-                                      "task.scheduler.warmup_steps=1", "logger.wandb.mode=disabled", "callbacks.progress=null"])
-    importlib.import_module("lab.train").main()
-    log = next((tmp_path / "runs").rglob("train.log")).read_text()
-    assert "samples @ step 2 | prompt: ROMEO." in log and "Traceback" not in log
-
-
-def test_inference_inputs_that_are_not_text_are_one_line(tmp_path, monkeypatch):
-    from lab.runtime.inference.inputs import read_texts
-
-    (tmp_path / "in.txt").write_bytes(gzip.compress(b"a text\n"))
-    (tmp_path / "nul.txt").write_bytes(b"abc\n" * 3000 + b"\0\n")  # past the first 8 KB
-    assert re.fullmatch(r"\S+in.txt is a gzip-compressed file, not text; zcat \S+in.txt > in.plain.txt and give that file",
-                        refused(read_texts, None, str(tmp_path / "in.txt")))
-    assert "nul.txt holds NUL bytes (byte offset 12000): a binary file" in refused(read_texts, None, str(tmp_path / "nul.txt"))
-
-    class Stdin:
-        buffer = __import__("io").BytesIO(b"one\ntw\0o\n")
-
-        @staticmethod
-        def isatty():
-            return False
-    monkeypatch.setattr(sys, "stdin", Stdin)
-    with pytest.raises(LabError, match=r"^file=\S+ is a directory; give a UTF-8 text file"):
-        read_texts(None, str(tmp_path))
-    with pytest.raises(LabError, match=r"^stdin holds NUL bytes \(byte offset 6\): binary data, not text"):
-        read_texts(None, None)
 
 
 # ---------------------------------------------------------------- fuzz: random damage, every outcome accounted for

@@ -1,0 +1,17 @@
+"""The feed-forward blocks (lab/nn/ffn.py): activations by hand."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TINY_GPT as TINY
+
+from lab.nn import ConfigError, TransformerConfig
+from lab.nn.ffn import ACTIVATIONS
+
+
+def test_relu_squared_by_hand():
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0])
+    assert ACTIVATIONS["relu_squared"]()(x).tolist() == [0.0, 0.0, 0.0, 0.25, 9.0]
+    assert TransformerConfig(**TINY, ffn="relu_squared").d_ff == 64  # 4 x d_model, as relu and gelu
+    with pytest.raises(ConfigError, match="model.ffn=gelu"):
+        TransformerConfig(**TINY, ffn="relu_squared", moe={"num_experts": 4})
