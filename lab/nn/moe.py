@@ -92,16 +92,15 @@ class MoEConfig:
     """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
 
     @classmethod
-    def from_model(cls, cfg: TransformerConfig) -> MoEConfig:
-        """Parse and validate model.moe; a bad value raises ConfigError naming the field."""
-        settings = dict(cfg.moe or {})
+    def from_settings(cls, settings) -> MoEConfig:
+        """model.moe as a mapping (a saved checkpoint's config, an import's settings): unknown fields are one
+        ConfigError naming them; TransformerConfig validates the result against its n_layers."""
+        settings = dict(settings)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ConfigError(f"unknown model.moe field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        moe = cls(**settings)
-        moe.validate(cfg.n_layers)
-        return moe
+        return cls(**settings)
 
     def validate(self, n_layers: int) -> None:
         def fail(field: str, why: str) -> None:
@@ -560,7 +559,7 @@ def max_one(n: int | torch.Tensor) -> int | torch.Tensor:
 
 
 def make_moe(cfg: TransformerConfig, causal: bool) -> MixtureOfExperts:
-    moe = MoEConfig.from_model(cfg)
+    moe = cfg.moe
     hidden = moe.expert_hidden or cfg.d_ff
     shared = make_ffn(cfg.ffn, cfg.d_model, moe.num_shared * hidden, cfg.bias, cfg.dropout) if moe.num_shared else None
     return MixtureOfExperts(

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
+from lab.runtime.cli import schemas  # registers the typed schemas before Hydra composes
 from lab.runtime.cli.console import record_in_log_files
 from lab.runtime.rundir.ranks import run_dir
 
@@ -108,6 +109,10 @@ def _known_keys(path: list[str]) -> set[str]:
             keys |= {str(k) for k in node if k != "defaults"}
     if len(path) == 1 and (conf / path[0]).is_dir():  # nested groups: task/scheduler is the key task.scheduler
         keys |= {p.name for p in (conf / path[0]).iterdir() if p.is_dir()}
+    if path:  # the typed schemas' fields, which conf/ files no longer repeat
+        inner = "".join(f"{p}." for p in path[1:])
+        keys |= {f.removeprefix(inner) for f in schemas.schema_fields(path[0])
+                 if f.startswith(inner) and "." not in f.removeprefix(inner)}
     return keys
 
 
@@ -123,7 +128,7 @@ def hydra_error_line(e: BaseException) -> str | None:
     """Hydra's multi-line report of a bad command line as one line saying what and how to fix it (None:
     not a command-line mistake)."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException  # noqa: PLC0415
-    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException, ValidationError  # noqa: PLC0415
 
     text = str(e).strip()
     if isinstance(e, MissingConfigException) and e.options is not None:
@@ -153,6 +158,8 @@ def hydra_error_line(e: BaseException) -> str | None:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
         cause = e.__cause__
+        if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
+            return schema_type_error(cause)
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
     if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
         return (f"cannot create the run directory {e.filename} ({e.strerror}); set paths.runs_dir=<a directory you "
@@ -161,6 +168,22 @@ def hydra_error_line(e: BaseException) -> str | None:
         key = getattr(e, "full_key", None) or "a config value"
         return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
     return None
+
+
+# OmegaConf's words for a value its typed schema refuses -> what the value must be.
+SCHEMA_TYPES = {"converted to Integer": "an integer", "converted to Float": "a number", "valid bool": "true or false",
+                "converted to String": "a string", "is not Optional": "given (not null)"}
+
+
+def schema_type_error(e: BaseException) -> str:
+    """OmegaConf's refusal of a value of the wrong type for a schema field, in the form of lab's other checks."""
+    key, text = e.full_key, str(e).splitlines()[0]
+    found = re.search(r"^Value '(.*)' (?:of type|is not)", text)
+    value = repr(found.group(1)) if found else "null"
+    what = next((w for words, w in SCHEMA_TYPES.items() if words in text), None)
+    if what is None:
+        return f"{key}: {text}; fix the value"
+    return f"{key}={value} must be {what}; set {key}=<that> on the command line (or in the experiment)"
 
 
 def _translating_run_and_report(original):
@@ -198,6 +221,10 @@ def _config_keys(entry_point: str) -> dict[str, set[str]]:
             out.setdefault(str(k), set()).add(prefix + str(k))
             add(v, f"{prefix}{k}.")
 
+    if entry_point == "train":  # the typed schemas' fields: keys the conf/ files do not repeat
+        for group in {group for group, _ in schemas.SCHEMAS}:
+            for name in schemas.schema_fields(group):
+                out.setdefault(name.rpartition(".")[2], set()).add(f"{group}.{name}")
     own = {entry_point} | ({"inference"} if entry_point != "train" else set())
     for file in conf.rglob("*.yaml"):
         group = file.parent.relative_to(conf).parts
