@@ -46,6 +46,11 @@ def schema_fields(group: str) -> set[str]:
     return out
 
 
+def schema_for(target: str) -> type | None:
+    """The schema whose `_target_` is target (its fields document that target's keywords), or None."""
+    return next((s for s in SCHEMAS.values() if s._target_ == target), None)
+
+
 def register() -> None:
     store = ConfigStore.instance()
     for (group, name), schema in SCHEMAS.items():
