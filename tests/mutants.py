@@ -83,8 +83,8 @@ MUTANTS = [
      [SCHEMAS]),
     ("a classifier dropout of 1 accepted", "lab/models/encoder.py", "if not 0.0 <= self.classifier_dropout < 1.0:",
      "if not 0.0 <= self.classifier_dropout <= 1.0:", [SCHEMAS]),
-    ("d_ff of zero accepted", "lab/nn/config.py", ', ("n_kv_heads", "n_heads"), ("d_ff", "4 * d_model")):',
-     ', ("n_kv_heads", "n_heads")):', ["tests/test_models.py::test_bad_architecture_values_name_the_field"]),
+    ("d_ff of zero accepted", "lab/nn/config.py", '("d_ff", self.d_ff, "4 * d_model")):', '):',
+     ["tests/test_models.py::test_bad_architecture_values_name_the_field"]),
     ("a nested model.moe is not validated against n_layers", "lab/nn/config.py",
      "            self.moe.validate(self.n_layers)", "            pass", [SCHEMAS]),
     # lab/data

@@ -68,6 +68,7 @@ def test_a_checkpoint_config_written_before_the_schemas_builds_the_same_model(co
     ("model.logit_softcap=big", "model.logit_softcap='big' must be a number; set"),
     ("model.nlayer=2", "model.nlayer is not a config key; did you mean model.n_layers?"),
     ("model.relative_bucket=8", "model.relative_bucket is not a config key; did you mean model.relative_buckets?"),
+    ("+model.embed_norm=true", "model.embed_norm is already a config key: give it without the +, model.embed_norm=true"),
     ("model.moe.top_kk=1", "model.moe.top_kk is not a config key; did you mean model.moe.top_k?"),
 ])
 def test_composition_errors_on_model_keys_are_one_line(compose, override, line):

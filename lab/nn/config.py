@@ -125,8 +125,9 @@ class TransformerConfig:
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
                 refuse(name, "an integer >= 1")
-        for name, meaning in (("head_dim", "d_model // n_heads"), ("n_kv_heads", "n_heads"), ("d_ff", "4 * d_model")):
-            if getattr(self, name) is not None and int(getattr(self, name)) <= 0:
+        for name, value, meaning in (("head_dim", self.head_dim, "d_model // n_heads"),
+                                     ("n_kv_heads", self.n_kv_heads, "n_heads"), ("d_ff", self.d_ff, "4 * d_model")):
+            if value is not None and int(value) <= 0:
                 refuse(name, f"an integer >= 1 or null ({meaning})")
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(

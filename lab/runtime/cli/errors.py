@@ -157,8 +157,11 @@ def hydra_error_line(e: BaseException) -> str | None:
             if hint:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
+        present = re.search(r"An item is already at '([^']+)'.*remove \+ prefix: '([^']+)'", text, re.S)
+        if present:  # e.g. a hint written for a config without the model's schema: every field exists now
+            return f"{present.group(1)} is already a config key: give it without the +, {present.group(2)}"
         cause = e.__cause__
-        if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
+        if isinstance(cause, ValidationError) and cause.full_key:
             return schema_type_error(cause)
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
     if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
