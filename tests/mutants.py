@@ -79,6 +79,8 @@ MUTANTS = [
      'value = repr(found.group(1)) if found else "null"', 'value = found.group(1) if found else "null"', [SCHEMAS]),
     ("unknown-key suggestions miss the schemas' fields", "lab/runtime/cli/errors.py",
      "    if path:  # the typed schemas' fields", "    if not path:  # the typed schemas' fields", [SCHEMAS]),
+    ("a schema's refusal of a conf/ file's value forgets the file", "lab/runtime/cli/errors.py",
+     'return schema_type_error(key, why, f"conf/{where}.yaml")', "return schema_type_error(key, why)", [SCHEMAS]),
     ("a soft-cap of zero accepted", "lab/models/gpt.py", "not self.logit_softcap > 0", "self.logit_softcap < 0",
      [SCHEMAS]),
     ("a classifier dropout of 1 accepted", "lab/models/encoder.py", "if not 0.0 <= self.classifier_dropout < 1.0:",

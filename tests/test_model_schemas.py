@@ -100,3 +100,23 @@ def test_the_cli_checks_run_the_models_schema_before_anything_is_built(compose):
         del cfg["hydra"]
     with pytest.raises(ConfigError, match=re.escape("model.classifier_dropout=1.5 must be a probability in [0, 1)")):
         check_config(cfg)
+
+
+@pytest.mark.parametrize("model,line", [
+    ("logit_softcp: 30", "model.logit_softcp (set in conf/experiment/bad.yaml) is not a field of GPTConfig; did you mean "
+                         "model.logit_softcap?; remove it there"),
+    ("d_model: wide", "model.d_model='wide' in conf/experiment/bad.yaml must be an integer; fix it there"),
+])
+def test_a_conf_file_value_the_schema_refuses_names_the_file(tmp_path, model, line):
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    from lab.runtime.cli.errors import hydra_error_line
+
+    conf = shutil.copytree(CONF, tmp_path / "conf")
+    (conf / "experiment" / "bad.yaml").write_text(f"# @package _global_\ndefaults:\n  - gpt_small\n  - _self_\n"
+                                                  f"model:\n  {model}\n")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"), pytest.raises(Exception) as e:
+        compose("train", overrides=["+experiment=bad"])
+    assert hydra_error_line(e.value) == line

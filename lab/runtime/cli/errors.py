@@ -1,6 +1,7 @@
 """What every entry point shares: one clear message for user mistakes, the config tree, quiet imports."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -161,8 +162,19 @@ def hydra_error_line(e: BaseException) -> str | None:
         if present:  # e.g. a hint written for a config without the model's schema: every field exists now
             return f"{present.group(1)} is already a config key: give it without the +, {present.group(2)}"
         cause = e.__cause__
-        if isinstance(cause, ValidationError) and cause.full_key:
-            return schema_type_error(cause)
+        if isinstance(cause, ValidationError) and cause.full_key:  # a command-line value
+            return schema_type_error(cause.full_key, str(cause).splitlines()[0])
+        in_file = re.search(r"^In '([^']+)': \w+ raised while composing config:\n(.*)\n\s*full_key: (\S+)", text, re.M)
+        if in_file:  # a value in a conf/ file (an experiment, a recipe) that the schema refuses
+            where, why, key = in_file.groups()
+            unknown = re.search(r"^Key '[^']+' not in '(\w+)'", why)
+            if unknown:
+                parent, _, leaf = key.rpartition(".")
+                schema = next((c for c in schemas.SCHEMAS.values() if c.__name__ == unknown.group(1)), None)
+                fields = {f.name for f in dataclasses.fields(schema)} if schema else _known_keys(parent.split("."))
+                hint = did_you_mean(leaf, {k for k in fields if not k.startswith("_")}).replace("mean ", f"mean {parent}.")
+                return f"{key} (set in conf/{where}.yaml) is not a field of {unknown.group(1)}{hint}; remove it there"
+            return schema_type_error(key, why, f"conf/{where}.yaml")
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
     if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
         return (f"cannot create the run directory {e.filename} ({e.strerror}); set paths.runs_dir=<a directory you "
@@ -178,14 +190,16 @@ SCHEMA_TYPES = {"converted to Integer": "an integer", "converted to Float": "a n
                 "converted to String": "a string", "is not Optional": "given (not null)"}
 
 
-def schema_type_error(e: BaseException) -> str:
-    """OmegaConf's refusal of a value of the wrong type for a schema field, in the form of lab's other checks."""
-    key, text = e.full_key, str(e).splitlines()[0]
+def schema_type_error(key: str, text: str, file: str | None = None) -> str:
+    """OmegaConf's refusal (text) of a value of the wrong type for a schema field, in the form of lab's other checks
+    (file: the conf/ file that set it; None: the command line)."""
     found = re.search(r"^Value '(.*)' (?:of type|is not)", text)
     value = repr(found.group(1)) if found else "null"
     what = next((w for words, w in SCHEMA_TYPES.items() if words in text), None)
     if what is None:
-        return f"{key}: {text}; fix the value"
+        return f"{key}: {text}; fix the value" + (f" in {file}" if file else "")
+    if file:
+        return f"{key}={value} in {file} must be {what}; fix it there"
     return f"{key}={value} must be {what}; set {key}=<that> on the command line (or in the experiment)"
 
 
