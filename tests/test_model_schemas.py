@@ -86,6 +86,9 @@ def test_composition_errors_on_model_keys_are_one_line(compose, override, line):
     ("gpt", {"logit_softcap": 0.0}, "model.logit_softcap=0.0 must be a number in (0, inf) or null"),
     ("encoder_classifier", {"classifier_dropout": 1.0}, "model.classifier_dropout=1.0 must be a probability in [0, 1)"),
     ("gpt", {"moe": {"num_experts": 2, "top_k": 3}}, "model.moe.top_k=3: must be between 1 and num_experts=2"),
+    ("gpt", {"moe": {"num_experts": "abc"}}, "model.moe.num_experts='abc' must be an integer"),
+    ("gpt", {"moe": {"top_k": True}}, "model.moe.top_k=True must be an integer"),
+    ("gpt", {"moe": {"renormalize": 1}}, "model.moe.renormalize=1 must be true or false or null"),
 ])
 def test_a_schema_refuses_what_its_types_cannot(schema, fields, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -31,6 +31,7 @@ the per-expert token shares and the balancing bias, for logging (lab.tasks.base.
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, fields
 
 import torch
@@ -45,6 +46,7 @@ ROUTERS = ("token_choice", "expert_choice")
 GATES = ("softmax", "sigmoid")
 SCOPES = ("local", "global")
 DISPATCHES = ("auto", "grouped_mm", "loop")
+TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
 LOOP_MAX_EXPERTS_CPU = 8  # dispatch=auto in eager mode on a CPU: the per-expert loop up to this many experts
 
 
@@ -100,6 +102,12 @@ class MoEConfig:
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ConfigError(f"unknown model.moe field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        hints = typing.get_type_hints(cls)
+        for name, value in settings.items():  # the types: the Hydra schema leaves model.moe untyped (TransformerConfig.moe)
+            kinds = typing.get_args(hints[name]) or (hints[name],)
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds + (int,) * (float in kinds)):
+                wanted = " or ".join(TYPE_WORDS[k] for k in kinds)
+                raise ConfigError(f"model.moe.{name}={value!r} must be {wanted}; set model.moe.{name}=<that>")
         return cls(**settings)
 
     def validate(self, n_layers: int) -> None:
