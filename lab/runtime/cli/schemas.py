@@ -5,7 +5,8 @@ what differs from the schema's defaults. Hydra then composes a typed node: a wro
 unknown key is OmegaConf's error at composition (translated to one line in lab.runtime.cli.errors), and the
 schema's own validation (its __post_init__: ranges, choices, cross-field rules) runs early in
 lab.runtime.cli.config_checks. Imported by lab.runtime.cli.errors, which every entry point imports before Hydra
-composes, and by the Optuna sweeper plugin and the tests through it."""
+composes, and by hydra_plugins/lab_schemas, which Hydra itself imports before any composition (tests and benchmarks
+calling hydra.compose, sweeps)."""
 from __future__ import annotations
 
 import dataclasses
