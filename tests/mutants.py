@@ -27,6 +27,7 @@ DECODING = "tests/models/test_decoding.py"
 RESUME_LM = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[lm-accum2]"
 FLOPS = "tests/models/test_models.py::test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables"
 RESUME_CLS = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
+SCHEMAS = "tests/models/test_model_schemas.py"
 
 MUTANTS = [
     # lab/models/decoding.py
@@ -72,6 +73,26 @@ MUTANTS = [
     # lab/models/seq2seq.py
     ("translator encoder ignores the source padding mask", "lab/models/seq2seq.py",
      "self.encoder(self.src_embed(src), padding_mask=src_mask)", "self.encoder(self.src_embed(src))", [DECODING]),
+    # the model's typed schemas (lab.runtime.cli.schemas) and their validation
+    ("CLI checks skip the model schema's validation", "lab/runtime/cli/config_checks.py",
+     "OmegaConf.to_object(node)  # its __post_init__", "OmegaConf.to_container(node)  # its __post_init__", [SCHEMAS]),
+    ("a schema's type error shows the value unquoted", "lab/runtime/cli/errors.py",
+     'value = repr(found.group(1)) if found else "null"', 'value = found.group(1) if found else "null"', [SCHEMAS]),
+    ("unknown-key suggestions miss the schemas' fields", "lab/runtime/cli/errors.py",
+     "    if path:  # the typed schemas' fields", "    if not path:  # the typed schemas' fields", [SCHEMAS]),
+    ("a schema's refusal of a conf/ file's value forgets the file", "lab/runtime/cli/errors.py",
+     'return schema_type_error(key, why, f"conf/{where}.yaml")', "return schema_type_error(key, why)", [SCHEMAS]),
+    ("model.moe's value types go unchecked", "lab/nn/moe.py",
+     "if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds + (int,) * (float in kinds)):",
+     "if isinstance(value, bool) and bool not in kinds:", [SCHEMAS]),
+    ("a soft-cap of zero accepted", "lab/models/gpt.py", "not self.logit_softcap > 0", "self.logit_softcap < 0",
+     [SCHEMAS]),
+    ("a classifier dropout of 1 accepted", "lab/models/encoder.py", "if not 0.0 <= self.classifier_dropout < 1.0:",
+     "if not 0.0 <= self.classifier_dropout <= 1.0:", [SCHEMAS]),
+    ("d_ff of zero accepted", "lab/nn/config.py", '("d_ff", self.d_ff, "4 * d_model")):', '):',
+     ["tests/models/test_models.py::test_bad_architecture_values_name_the_field"]),
+    ("a nested model.moe is not validated against n_layers", "lab/nn/config.py",
+     "            self.moe.validate(self.n_layers)", "            pass", [SCHEMAS]),
     # lab/data
     ("resume skips batch * accumulation windows per step", "lab/data/lm.py",
      "skip=done * self.batch_size)", "skip=done * self.batch_size * self.trainer.accumulate_grad_batches)",

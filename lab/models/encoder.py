@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -76,13 +77,38 @@ POOLINGS = {"cls": lambda d: ClsPooling(), "bert": BertPooling, "mean": lambda d
 HEADS = ("sequence", "token")
 
 
+@dataclass
+class EncoderClassifierConfig(TransformerConfig):
+    """conf/model/encoder_classifier.yaml's schema: the architecture and the classifier's own fields."""
+
+    _target_: str = "lab.models.encoder.EncoderClassifier"
+    pooling: str = "cls"
+    """cls | bert (the [CLS] state -> dense -> tanh) | mean | attention; head=sequence only."""
+    head: str = "sequence"
+    """sequence (one label per input) | token (one label per token, tagging)."""
+    classifier_dropout: float = 0.1
+    """Dropout on the pooled (or per-token) state before the classifier."""
+    init_from: str | None = None
+    """A MaskedLM checkpoint whose encoder weights the task loads before training (EncoderClassifier.load_encoder),
+    or a Hugging Face BERT directory (stored on the model so the run's config records where the weights came from)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.classifier_dropout < 1.0:
+            raise ConfigError(f"model.classifier_dropout={self.classifier_dropout!r} must be a probability in [0, 1)")
+
+
+@dataclass
+class MaskedLMConfig(TransformerConfig):
+    """conf/model/encoder_mlm.yaml's schema: the architecture only."""
+
+    _target_: str = "lab.models.encoder.MaskedLM"
+
+
 class EncoderClassifier(nn.Module):
     """Encoder -> pooling -> dropout -> linear: one label per sequence (head=sequence, logits [B, C]), or
     encoder -> dropout -> linear per token (head=token, logits [B, T, C]) for tagging.
-
-    init_from: a MaskedLM checkpoint whose encoder weights the task loads before training (load_encoder), or a
-    Hugging Face BERT directory (lab.runtime.hf.importing.init_from);
-    stored here so the run's config records where the weights came from."""
+    The keywords besides the data's facts are EncoderClassifierConfig's fields (arch: lab.nn.TransformerConfig's)."""
 
     def __init__(self, vocab_size: int, pad_id: int, num_labels: int, pooling: str = "cls", head: str = "sequence",
                  classifier_dropout: float = 0.1, init_from: str | None = None, **arch):

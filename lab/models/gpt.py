@@ -1,10 +1,32 @@
 """GPT: a decoder-only language model built from the shared core."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from lab.nn import Embeddings, KVCache, SoftCap, TransformerConfig, TransformerStack, init_weights
+from lab.nn import ConfigError, Embeddings, KVCache, SoftCap, TransformerConfig, TransformerStack, init_weights
+
+
+@dataclass
+class GPTConfig(TransformerConfig):
+    """conf/model/gpt.yaml's schema: the architecture and GPT's own fields (GPT's keyword arguments)."""
+
+    _target_: str = "lab.models.gpt.GPT"
+    init_from: str | None = None
+    """A Hugging Face model directory (GPT-2, Llama, Mixtral, Mistral, Qwen3, Apertus) whose weights the task loads
+    before training (stored on the model so the run's config records where the weights came from)."""
+    logit_softcap: float | None = None
+    """Logits -> cap * tanh(logits / cap) (lab.nn.SoftCap; e.g. 30); None: raw logits."""
+    zero_init_proj: bool = False
+    """The residual output projections, and the head when untied, start at zero (modded-nanogpt): the model starts
+    as a uniform predictor whose blocks are identities."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.logit_softcap is not None and not self.logit_softcap > 0:
+            raise ConfigError(f"model.logit_softcap={self.logit_softcap!r} must be a number in (0, inf) or null")
 
 
 class GPT(nn.Module):
@@ -13,12 +35,7 @@ class GPT(nn.Module):
 
     def __init__(self, vocab_size: int, init_from: str | None = None, logit_softcap: float | None = None,
                  zero_init_proj: bool = False, **arch):
-        """init_from: a Hugging Face model directory whose weights the task loads before training (stored here
-        so the run's config records where the weights came from).
-        logit_softcap: logits -> cap * tanh(logits / cap) (lab.nn.SoftCap); None: raw logits.
-        zero_init_proj: the residual output projections, and the head when untied, start at zero
-        (modded-nanogpt): the model starts as a uniform predictor whose blocks are identities.
-        arch: lab.nn.TransformerConfig fields."""
+        """The keywords are GPTConfig's fields (arch: lab.nn.TransformerConfig's)."""
         super().__init__()
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
         self.vocab_size, self.init_from = vocab_size, init_from

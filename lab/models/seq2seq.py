@@ -1,10 +1,24 @@
 """Encoder-decoder transformer (Vaswani et al. 2017) built from the shared core."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, init_weights
+
+
+@dataclass
+class EncoderDecoderConfig(TransformerConfig):
+    """conf/model/seq2seq.yaml's schema: the architecture (n_layers per side) and the translator's own fields."""
+
+    _target_: str = "lab.models.seq2seq.EncoderDecoder"
+    share_embeddings: bool = True
+    """One token embedding for both languages (a joint vocabulary); with tie_embeddings it is also the output
+    projection (Press & Wolf 2017; "Attention Is All You Need" 3.4 shares all three)."""
+    init_from: str | None = None
+    """A Hugging Face model directory (MarianMTModel) whose weights the task loads before training."""
 
 
 class EncoderDecoder(nn.Module):
@@ -13,9 +27,7 @@ class EncoderDecoder(nn.Module):
     Source padding is masked in encoder self-attention and in every cross-attention. Target padding needs
     no mask: targets are right-padded, so causal attention never lets a real position see a pad, and the
     loss ignores pad positions.
-    share_embeddings: one token embedding for both languages (a joint vocabulary); with tie_embeddings it
-    is also the output projection (Press & Wolf 2017; "Attention Is All You Need" 3.4 shares all three).
-    init_from: a Hugging Face model directory (MarianMTModel) whose weights the task loads before training.
+    The keywords besides the data's ids are EncoderDecoderConfig's fields (arch: lab.nn.TransformerConfig's).
     """
 
     def __init__(self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, share_embeddings: bool = True,

@@ -67,9 +67,9 @@ def make_feed_forward(cfg: TransformerConfig, layer: int = 0, causal: bool = Tru
     causal: whether the stack is a decoder (True unless the caller says otherwise: expert-choice routing is
     refused there)."""
     if cfg.moe:
-        from lab.nn.moe import MoEConfig, make_moe  # noqa: PLC0415 - only MoE models pay for it
+        from lab.nn.moe import make_moe  # noqa: PLC0415 - only MoE models pay for it
 
-        if MoEConfig.from_model(cfg).applies_to(layer):
+        if cfg.moe.applies_to(layer):
             return make_moe(cfg, causal)
     return make_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.bias, cfg.dropout)
 

@@ -66,7 +66,7 @@ class TransformerConfig:
     rope_base: float = 10000.0
     """Rotary positions' base (theta): pair i of a head turns by position * base^(-2i/head_dim); long-context
     checkpoints use larger bases (Llama 3: 500000)."""
-    rope_scaling: dict[str, float] | None = None
+    rope_scaling: Any = None  # dict[str, float] | None: see `moe` for why Any
     """Llama 3.1's rotary frequency scaling, {factor, low_freq_factor, high_freq_factor, original_max_len}
     (lab.nn.positions.llama3_scaled; Llama 3.1/3.2: 8 or 32, 1, 4, 8192); imported checkpoints bring theirs.
     None: the plain frequencies."""
@@ -96,36 +96,49 @@ class TransformerConfig:
     """RMS-normalise each head's queries and keys (learned gain per head dim) before rotary and the dot product
     (Dehghani et al. 2023; OLMo 2; Qwen3): attention logits stay bounded, so higher learning rates train stably.
     Its epsilon is model.norm_eps under rmsnorm (as Qwen3's), 1e-6 under layernorm."""
-    moe: dict[str, Any] | None = None
-    """Mixture-of-experts settings replacing the dense FFN (fields: lab.nn.moe.MoEConfig); None for dense."""
+    # MoEConfig | None once built (a mapping of its fields becomes one). Typed Any for the Hydra schema: OmegaConf
+    # 2.3 cannot merge a command-line mapping (model.moe={...}) into a typed node whose value is None.
+    moe: Any = None
+    """Mixture-of-experts settings replacing the dense FFN (lab.nn.moe.MoEConfig's fields); None for dense."""
 
     def __post_init__(self) -> None:
+        """What the types cannot say: choices, ranges and cross-field rules; fills the derived fields (None ->
+        their value). The CLI runs it on the composed config before anything heavy (lab.runtime.cli.config_checks)."""
         def check(name: str, value: Any, allowed: tuple[str, ...]) -> None:
             if value not in allowed:
                 raise ConfigError(f"model.{name}={value!r} is not supported; choose one of {', '.join(allowed)}")
+
+        def refuse(name: str, what: str) -> None:
+            raise ConfigError(f"model.{name}={getattr(self, name)!r} must be {what}; set model.{name}=<that>")
 
         check("norm", self.norm, NORMS)
         check("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         check("positions", self.positions, POSITIONS)
         check("ffn", self.ffn, FFN_KINDS)
+        if self.moe is not None:
+            from lab.nn.moe import MoEConfig  # noqa: PLC0415 - lab.nn.moe imports this module
+
+            self.moe = self.moe if isinstance(self.moe, MoEConfig) else MoEConfig.from_settings(self.moe)
         if self.ffn in ("relu_squared", "gelu_erf") and self.moe:
             raise ConfigError(f"model.ffn={self.ffn} is for dense FFNs; the experts support relu, gelu and swiglu: "
                               "set model.ffn=gelu (or model.moe=null)")
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {getattr(self, name)}")
+                refuse(name, "an integer >= 1")
+        for name, value, meaning in (("head_dim", self.head_dim, "d_model // n_heads"),
+                                     ("n_kv_heads", self.n_kv_heads, "n_heads"), ("d_ff", self.d_ff, "4 * d_model")):
+            if value is not None and int(value) <= 0:
+                refuse(name, f"an integer >= 1 or null ({meaning})")
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
-                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
-                "pick n_heads that divides d_model"
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; choose n_heads among "
+                f"{[h for h in range(1, self.d_model + 1) if self.d_model % h == 0][-6:]} (or set model.head_dim)"
             )
         if self.head_dim is None:
             self.head_dim = self.d_model // self.n_heads
-        if int(self.head_dim) <= 0:
-            raise ConfigError(f"model.head_dim must be a positive integer or null (d_model // n_heads), got {self.head_dim}")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
-        if int(self.n_kv_heads) <= 0 or self.n_heads % self.n_kv_heads:
+        if self.n_heads % self.n_kv_heads:
             divisors = [h for h in range(1, self.n_heads + 1) if self.n_heads % h == 0]
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}; "
                               f"pick n_kv_heads among {divisors} (or null: one per query head)")
@@ -137,18 +150,19 @@ class TransformerConfig:
             raise ConfigError(f"relative positions need model.relative_buckets >= 4 and model.relative_max_distance > "
                               f"relative_buckets / 2, got {self.relative_buckets} and {self.relative_max_distance} "
                               "(T5: 32 and 128)")
+        if not float(self.init_std) > 0:
+            refuse("init_std", "a number in (0, inf)")
         if self.embed_init_std is not None and not float(self.embed_init_std) > 0:
-            raise ConfigError(f"model.embed_init_std must be positive, or null for model.init_std; got {self.embed_init_std}")
+            refuse("embed_init_std", "a number in (0, inf), or null for model.init_std")
         if self.attention_scale is not None and not float(self.attention_scale) > 0:
-            raise ConfigError(f"model.attention_scale must be positive, or null for 1/sqrt(head_dim); got "
-                              f"{self.attention_scale}")
+            refuse("attention_scale", "a number in (0, inf), or null for 1/sqrt(head_dim)")
         if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+            refuse("dropout", "a probability in [0, 1)")
         if self.norm_eps is None:
             self.norm_eps = 1e-5 if self.norm == "layernorm" else 1e-6
         for name in ("norm_eps", "rope_base"):
             if not float(getattr(self, name)) > 0:
-                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+                refuse(name, "a number in (0, inf)")
         if self.rope_scaling is not None:
             try:
                 scaling = {k: float(v) for k, v in dict(self.rope_scaling).items()}
@@ -163,6 +177,8 @@ class TransformerConfig:
             self.rope_scaling = scaling
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
+        if self.moe is not None:
+            self.moe.validate(self.n_layers)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> TransformerConfig:

@@ -31,6 +31,7 @@ the per-expert token shares and the balancing bias, for logging (lab.tasks.base.
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, fields
 
 import torch
@@ -45,6 +46,7 @@ ROUTERS = ("token_choice", "expert_choice")
 GATES = ("softmax", "sigmoid")
 SCOPES = ("local", "global")
 DISPATCHES = ("auto", "grouped_mm", "loop")
+TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
 LOOP_MAX_EXPERTS_CPU = 8  # dispatch=auto in eager mode on a CPU: the per-expert loop up to this many experts
 
 
@@ -92,16 +94,21 @@ class MoEConfig:
     """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
 
     @classmethod
-    def from_model(cls, cfg: TransformerConfig) -> MoEConfig:
-        """Parse and validate model.moe; a bad value raises ConfigError naming the field."""
-        settings = dict(cfg.moe or {})
+    def from_settings(cls, settings) -> MoEConfig:
+        """model.moe as a mapping (a saved checkpoint's config, an import's settings): unknown fields are one
+        ConfigError naming them; TransformerConfig validates the result against its n_layers."""
+        settings = dict(settings)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ConfigError(f"unknown model.moe field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        moe = cls(**settings)
-        moe.validate(cfg.n_layers)
-        return moe
+        hints = typing.get_type_hints(cls)
+        for name, value in settings.items():  # the types: the Hydra schema leaves model.moe untyped (TransformerConfig.moe)
+            kinds = typing.get_args(hints[name]) or (hints[name],)
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds + (int,) * (float in kinds)):
+                wanted = " or ".join(TYPE_WORDS[k] for k in kinds)
+                raise ConfigError(f"model.moe.{name}={value!r} must be {wanted}; set model.moe.{name}=<that>")
+        return cls(**settings)
 
     def validate(self, n_layers: int) -> None:
         def fail(field: str, why: str) -> None:
@@ -560,7 +567,7 @@ def max_one(n: int | torch.Tensor) -> int | torch.Tensor:
 
 
 def make_moe(cfg: TransformerConfig, causal: bool) -> MixtureOfExperts:
-    moe = MoEConfig.from_model(cfg)
+    moe = cfg.moe
     hidden = moe.expert_hidden or cfg.d_ff
     shared = make_ffn(cfg.ffn, cfg.d_model, moe.num_shared * hidden, cfg.bias, cfg.dropout) if moe.num_shared else None
     return MixtureOfExperts(

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -78,12 +79,14 @@ def test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables(pos
     ("positions", "alibi", "choose one of learned, sinusoidal, rotary, relative, none"),
     ("relative_buckets", 2, "relative positions need model.relative_buckets >= 4"),
     ("relative_max_distance", 16, "model.relative_max_distance > relative_buckets / 2, got 32 and 16"),
-    ("attention_scale", 0.0, "model.attention_scale must be positive, or null for 1/sqrt"),
-    ("dropout", 1.5, "model.dropout must be in"),
+    ("attention_scale", 0.0, "model.attention_scale=0.0 must be a number in (0, inf), or null for 1/sqrt"),
+    ("dropout", 1.5, "model.dropout=1.5 must be a probability in [0, 1)"),
+    ("d_ff", 0, "model.d_ff=0 must be an integer >= 1 or null (4 * d_model)"),
+    ("init_std", -1.0, "model.init_std=-1.0 must be a number in (0, inf)"),
     ("rope_scaling", {"factor": 8}, "model.rope_scaling={'factor': 8} needs the numbers factor, low_freq_factor"),
 ])
 def test_bad_architecture_values_name_the_field(field, value, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         TransformerConfig.from_kwargs(**{"d_model": 40, "n_heads": 4, "positions": "relative", field: value})
 
 

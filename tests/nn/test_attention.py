@@ -215,8 +215,7 @@ def test_head_dim_is_d_model_over_n_heads_unless_set():
 
     assert TransformerConfig(d_model=32, n_heads=4).head_dim == 8
     assert TransformerConfig(d_model=30, n_heads=4, head_dim=16).head_dim == 16  # then n_heads need not divide d_model
-    with pytest.raises(ConfigError, match=r"model.head_dim must be a positive integer or null \(d_model // n_heads\), "
-                                          "got 0"):
+    with pytest.raises(ConfigError, match=r"model.head_dim=0 must be an integer >= 1 or null \(d_model // n_heads\)"):
         TransformerConfig(head_dim=0)
     with pytest.raises(ConfigError, match="rotary positions need an even head size, got model.head_dim=7"):
         TransformerConfig(head_dim=7, positions="rotary")

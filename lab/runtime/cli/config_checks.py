@@ -1,7 +1,9 @@
 """Every config mistake in one line, before any data is fetched or model built (the first step of lab.train).
 
-Hydra composes the config without a schema, so a wrong type (`trainer.max_steps=abc`), an impossible value
-(`task.optimizer.lr=-1`), a key added with `+` that nothing takes, or a `???` left unset would otherwise
+Hydra composes model.* against its typed schema (lab.runtime.cli.schemas): OmegaConf refuses a wrong type or an
+unknown key there, and the schema's own validation (ranges, choices, cross-field rules) runs in check_schemas. In
+the other sections a wrong type (`trainer.max_steps=abc`), an impossible value (`task.optimizer.lr=-1`), a key
+added with `+` that nothing takes, or a `???` left unset would otherwise
 surface minutes later as a traceback from deep inside Lightning or torch. check_config raises one LabError
 naming the key, what is wrong and how to fix it. A warmup longer than the run is only warned about: every
 short test of a real experiment (lab's own tests, benchmarks and documented commands) has one. (Unknown keys without `+`, unknown group options and
@@ -89,14 +91,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "task.scheduler.warmup_steps": int_at_least(0),
     "task.scheduler.min_lr": number_in(0),
     "task.label_smoothing": number_in(0, 1),
-    "model.d_model": POSITIVE_INT,
-    "model.n_layers": POSITIVE_INT,
-    "model.n_heads": POSITIVE_INT,
-    "model.n_kv_heads": optional(POSITIVE_INT),
-    "model.head_dim": optional(POSITIVE_INT),
-    "model.d_ff": optional(POSITIVE_INT),
-    "model.max_seq_len": POSITIVE_INT,
-    "model.init_std": POSITIVE,
     "data.batch_size": POSITIVE_INT,
     "data.eval_batch_size": POSITIVE_INT,
     "data.batch_tokens": optional(POSITIVE_INT),
@@ -112,7 +106,7 @@ RULES: dict[str, tuple[Callable, str]] = {
     "logger.wandb.finish_timeout": number_in(0),
     "logger.wandb.require_online": BOOL,
 }
-PROBABILITY_KEYS = ("dropout",)  # any model/task key ending in one of these is a probability in [0, 1)
+PROBABILITY_KEYS = ("dropout",)  # any task key ending in one of these is a probability in [0, 1)
 
 
 def _value(cfg: DictConfig, key: str) -> tuple[bool, Any]:
@@ -148,24 +142,16 @@ def check_resolves(cfg: DictConfig) -> DictConfig:
 
 
 def check_values(cfg: DictConfig) -> None:
-    """Types and ranges of the known keys, probabilities anywhere in model/task, and the cross-key rules."""
+    """Types and ranges of the known keys, probabilities anywhere in task, and the cross-key rules (model.*: its
+    schema's, check_schemas)."""
     for key, (ok, what) in RULES.items():
         present, value = _value(cfg, key)
         if present and not ok(value):
             _refuse(key, value, what)
-    for section in ("model", "task"):
+    for section in ("task",):
         for key, value in _walk(cfg.get(section), section):
             if key.rsplit(".", 1)[-1].endswith(PROBABILITY_KEYS) and value is not None and not (_is_number(value) and 0 <= value < 1):
                 _refuse(key, value, "a probability in [0, 1)")
-    model = cfg.get("model") or {}
-    if _is_int(model.get("d_model")) and _is_int(model.get("n_heads")) and model.get("head_dim") is None \
-            and model.d_model % model.n_heads:
-        raise LabError(f"model.d_model={model.d_model} is not divisible by model.n_heads={model.n_heads}; choose "
-                       f"n_heads among {[h for h in range(1, model.d_model + 1) if model.d_model % h == 0][-6:]}")
-    if _is_int(model.get("n_heads")) and _is_int(model.get("n_kv_heads")) and model.n_heads % model.n_kv_heads:
-        raise LabError(f"model.n_kv_heads={model.n_kv_heads} does not divide model.n_heads={model.n_heads}; pick "
-                       f"n_kv_heads among {[h for h in range(1, model.n_heads + 1) if model.n_heads % h == 0]} "
-                       "(or null: one per query head)")
     present, warmup = _value(cfg, "task.scheduler.warmup_steps")
     steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     if present and _is_int(steps) and steps > 0 and warmup > steps:  # a smoke test's normal state: said, not refused
@@ -265,9 +251,19 @@ def check_arguments(cfg: DictConfig) -> None:
                     raise LabError(f"{where}.{key} is not an argument of {node._target_}{hint}; remove it (or fix its name)")
 
 
+def check_schemas(cfg: DictConfig) -> None:
+    """What a typed schema cannot say (ranges, choices, cross-field rules): each schema's own validation, run by
+    building it from its composed node (OmegaConf already checked the types, missing values and unknown keys)."""
+    for section in ("model",):
+        node = cfg.get(section)
+        if isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node)):
+            OmegaConf.to_object(node)  # its __post_init__ raises a ConfigError naming the key
+
+
 def check_config(cfg: DictConfig) -> None:
-    """All checks, cheapest first; the first mistake found is raised as one LabError."""
+    """All checks, cheapest first; the first mistake found is raised as one LabError (or ConfigError)."""
     check_missing(cfg)
     resolved = check_resolves(cfg)
     check_values(resolved)
     check_arguments(cfg)
+    check_schemas(cfg)

@@ -1,6 +1,7 @@
 """What every entry point shares: one clear message for user mistakes, the config tree, quiet imports."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -14,6 +15,7 @@ from omegaconf import OmegaConf
 
 from lab.errors import LabError
 from lab.nn.config import ConfigError
+from lab.runtime.cli import schemas  # registers the typed schemas before Hydra composes
 from lab.runtime.cli.console import record_in_log_files
 from lab.runtime.rundir.ranks import run_dir
 
@@ -108,6 +110,10 @@ def _known_keys(path: list[str]) -> set[str]:
             keys |= {str(k) for k in node if k != "defaults"}
     if len(path) == 1 and (conf / path[0]).is_dir():  # nested groups: task/scheduler is the key task.scheduler
         keys |= {p.name for p in (conf / path[0]).iterdir() if p.is_dir()}
+    if path:  # the typed schemas' fields, which conf/ files no longer repeat
+        inner = "".join(f"{p}." for p in path[1:])
+        keys |= {f.removeprefix(inner) for f in schemas.schema_fields(path[0])
+                 if f.startswith(inner) and "." not in f.removeprefix(inner)}
     return keys
 
 
@@ -123,7 +129,7 @@ def hydra_error_line(e: BaseException) -> str | None:
     """Hydra's multi-line report of a bad command line as one line saying what and how to fix it (None:
     not a command-line mistake)."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException  # noqa: PLC0415
-    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException, ValidationError  # noqa: PLC0415
 
     text = str(e).strip()
     if isinstance(e, MissingConfigException) and e.options is not None:
@@ -152,7 +158,23 @@ def hydra_error_line(e: BaseException) -> str | None:
             if hint:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
+        present = re.search(r"An item is already at '([^']+)'.*remove \+ prefix: '([^']+)'", text, re.S)
+        if present:  # e.g. a hint written for a config without the model's schema: every field exists now
+            return f"{present.group(1)} is already a config key: give it without the +, {present.group(2)}"
         cause = e.__cause__
+        if isinstance(cause, ValidationError) and cause.full_key:  # a command-line value
+            return schema_type_error(cause.full_key, str(cause).splitlines()[0])
+        in_file = re.search(r"^In '([^']+)': \w+ raised while composing config:\n(.*)\n\s*full_key: (\S+)", text, re.M)
+        if in_file:  # a value in a conf/ file (an experiment, a recipe) that the schema refuses
+            where, why, key = in_file.groups()
+            unknown = re.search(r"^Key '[^']+' not in '(\w+)'", why)
+            if unknown:
+                parent, _, leaf = key.rpartition(".")
+                schema = next((c for c in schemas.SCHEMAS.values() if c.__name__ == unknown.group(1)), None)
+                fields = {f.name for f in dataclasses.fields(schema)} if schema else _known_keys(parent.split("."))
+                hint = did_you_mean(leaf, {k for k in fields if not k.startswith("_")}).replace("mean ", f"mean {parent}.")
+                return f"{key} (set in conf/{where}.yaml) is not a field of {unknown.group(1)}{hint}; remove it there"
+            return schema_type_error(key, why, f"conf/{where}.yaml")
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
     if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
         return (f"cannot create the run directory {e.filename} ({e.strerror}); set paths.runs_dir=<a directory you "
@@ -161,6 +183,24 @@ def hydra_error_line(e: BaseException) -> str | None:
         key = getattr(e, "full_key", None) or "a config value"
         return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
     return None
+
+
+# OmegaConf's words for a value its typed schema refuses -> what the value must be.
+SCHEMA_TYPES = {"converted to Integer": "an integer", "converted to Float": "a number", "valid bool": "true or false",
+                "converted to String": "a string", "is not Optional": "given (not null)"}
+
+
+def schema_type_error(key: str, text: str, file: str | None = None) -> str:
+    """OmegaConf's refusal (text) of a value of the wrong type for a schema field, in the form of lab's other checks
+    (file: the conf/ file that set it; None: the command line)."""
+    found = re.search(r"^Value '(.*)' (?:of type|is not)", text)
+    value = repr(found.group(1)) if found else "null"
+    what = next((w for words, w in SCHEMA_TYPES.items() if words in text), None)
+    if what is None:
+        return f"{key}: {text}; fix the value" + (f" in {file}" if file else "")
+    if file:
+        return f"{key}={value} in {file} must be {what}; fix it there"
+    return f"{key}={value} must be {what}; set {key}=<that> on the command line (or in the experiment)"
 
 
 def _translating_run_and_report(original):
@@ -198,6 +238,10 @@ def _config_keys(entry_point: str) -> dict[str, set[str]]:
             out.setdefault(str(k), set()).add(prefix + str(k))
             add(v, f"{prefix}{k}.")
 
+    if entry_point == "train":  # the typed schemas' fields: keys the conf/ files do not repeat
+        for group in {group for group, _ in schemas.SCHEMAS}:
+            for name in schemas.schema_fields(group):
+                out.setdefault(name.rpartition(".")[2], set()).add(f"{group}.{name}")
     own = {entry_point} | ({"inference"} if entry_point != "train" else set())
     for file in conf.rglob("*.yaml"):
         group = file.parent.relative_to(conf).parts

@@ -1,9 +1,10 @@
 """`python -m lab.<verb> --help`: this entry point's options with their values and one-line descriptions, and
 (for training) the experiments with their purpose. Nothing is written twice: a description is the comment on
 the option's line in conf/ (the chosen experiment's file first, then the group files, then the entry point's
-own file), else the typed schema's field docstring (lab.nn TransformerConfig / MoEConfig), else the
-`_target_`'s documented arguments ("Args:" / "Fields:" lines of its docstring). An experiment's purpose is
-the first comment line of its file after `# @package _global_`. `--hydra-help` still shows Hydra's flags."""
+own file), else the typed schema's field docstring (lab.nn TransformerConfig / MoEConfig, the model's schema in
+lab.runtime.cli.schemas), else the `_target_`'s documented arguments ("Args:" / "Fields:" lines of its docstring).
+An experiment's purpose is the first comment line of its file after `# @package _global_`. `--hydra-help` still
+shows Hydra's flags."""
 from __future__ import annotations
 
 import ast
@@ -122,9 +123,13 @@ def schema_comments(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Descriptions of every node's keys from its `_target_` (or SCHEMAS) documentation."""
     from hydra.utils import get_object  # noqa: PLC0415
 
+    from lab.runtime.cli import schemas  # noqa: PLC0415
+
     out: dict[str, str] = {}
     targets = [SCHEMAS[prefix]] if prefix in SCHEMAS else []
     if isinstance(tree.get("_target_"), str):
+        schema = schemas.schema_for(tree["_target_"])
+        targets += [f"{schema.__module__}.{schema.__qualname__}"] if schema else []
         targets.append(tree["_target_"])
     for name in targets:
         try:

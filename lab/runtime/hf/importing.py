@@ -188,7 +188,7 @@ def differences(model, other) -> list[str]:
              if k in changed or (changed and k in DERIVED and anew(k))]
     mine, theirs = model.cfg.moe, other.cfg.moe
     if (mine is None) != (theirs is None):
-        diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {theirs[k]}' for k in MOE_FUNCTION)}}}")
+        diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {getattr(theirs, k)}' for k in MOE_FUNCTION)}}}")
     elif theirs is not None:
         def value(layer, k: str):  # expert_hidden=None means d_ff: compare the width the experts have
             return layer.experts.w_out.shape[-1] if k == "expert_hidden" else getattr(layer.moe, k)

@@ -52,7 +52,7 @@ CASES = {
     "dropout-one": (["model.dropout=1.0"], "model.dropout=1.0 must be a probability in [0, 1)"),
     "dropout-negative": (["model.dropout=-0.1"], "model.dropout=-0.1 must be a probability"),
     "classifier-dropout": (["+experiment=encoder_classifier", "logger.wandb.mode=disabled", "model.classifier_dropout=2"],
-                           "model.classifier_dropout=2 must be a probability"),
+                           "model.classifier_dropout=2.0 must be a probability"),
     "min-lr-negative": (["task.scheduler.min_lr=-0.1"], "task.scheduler.min_lr=-0.1 must be"),
     "warmup-negative": (["task.scheduler.warmup_steps=-1"], "task.scheduler.warmup_steps=-1 must be"),
     "min-lr-above-lr": (["task.scheduler.min_lr=1"], "task.scheduler.min_lr=1 > task.optimizer.lr"),
@@ -73,6 +73,15 @@ CASES = {
                                                             "n_kv_heads among [1, 2, 4]"),
     "head-dim-zero": (["model.head_dim=0"], "model.head_dim=0 must be"),
     "layers-zero": (["model.n_layers=0"], "model.n_layers=0 must be"),
+    # the model's typed schema (lab.runtime.cli.schemas): OmegaConf's type errors, said as lab's
+    "width-not-a-number": (["model.d_model=abc"], "model.d_model='abc' must be an integer; set model.d_model=<that>"),
+    "width-null": (["model.d_model=null"], "model.d_model=null must be given (not null)"),
+    "flag-not-boolean": (["model.zero_init_proj=maybe"], "model.zero_init_proj='maybe' must be true or false"),
+    "init-std-text": (["model.init_std=big"], "model.init_std='big' must be a number"),
+    "another-models-field": (["model.pooling=mean"], "model.pooling is not a config key"),
+    "softcap-zero": (["model.logit_softcap=0"], "model.logit_softcap=0.0 must be a number in (0, inf) or null"),
+    "moe-unknown-field": (["model.moe={num_experts:4,topk:2}"], "unknown model.moe field(s) topk; known: "),
+    "moe-top-k-above-experts": (["model.moe={num_experts:4,top_k:5}"], "model.moe.top_k=5: must be between 1 and"),
     "missing-required-value": (["task.optimizer.lr=???"], "task.optimizer.lr is required but not set"),
     # the experiment needs a checkpoint that its parent experiment's model config sets to null (??? could not
     # mark it: it would silently fine-tune from nothing)

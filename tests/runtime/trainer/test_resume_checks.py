@@ -3,7 +3,6 @@ the learning rate where it was instead of jumping to the new plan."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -138,9 +137,10 @@ def test_a_checkpoint_from_before_grouped_query_attention_resumes_with_one_note(
     head per query head): resuming is the warning's one listed change, not a refusal."""
     from omegaconf import OmegaConf
 
+    from lab.models.gpt import GPTConfig
     from lab.runtime.trainer.resume import parameter_shapes
 
-    now = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[3] / "conf/model/gpt.yaml"))
+    now = OmegaConf.to_container(OmegaConf.structured(GPTConfig))  # conf/model/gpt.yaml: the schema's defaults
     saved = {k: v for k, v in now.items() if k != "n_kv_heads"}
     vocab = {"vocab_size": 65}
     assert parameter_shapes(saved, vocab) == parameter_shapes(now, vocab)
