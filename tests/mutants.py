@@ -96,7 +96,7 @@ MUTANTS = [
     ("warmup starts one step late", "lab/tasks/optim.py",
      "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/test_tasks.py"]),
     ("biases get weight decay", "lab/tasks/base.py",
-     "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/test_tasks.py"]),
+     "decay = [roles[n] not in NO_DECAY_ROLES for", "decay = [True for", ["tests/test_tasks.py"]),
     ("resume forgets the dropout random state", "lab/tasks/base.py",
      "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
      [RESUME_CLS]),

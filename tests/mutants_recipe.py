@@ -34,7 +34,7 @@ MUTANTS = [
     Mutant("soft-cap forgets to scale back by the cap", "lab/nn/blocks.py",
            "return self.cap * torch.tanh(x / self.cap)", "return torch.tanh(x / self.cap)", RECIPE),
     Mutant("soft-cap never applied", "lab/models/gpt.py",
-           "return logits if self.softcap is None else self.softcap(logits)", "return logits", RECIPE),
+           "logits = logits if self.softcap is None else self.softcap(logits)", "logits = logits", RECIPE),
     Mutant("zero init leaves the projections random", "lab/nn/blocks.py",
            "std=0.0 if residual and zero_init_proj else", "std=std if residual and zero_init_proj else", RECIPE),
     Mutant("zero init leaves an untied head random", "lab/models/gpt.py",

@@ -94,6 +94,7 @@ class Task(L.LightningModule):
         # (source, reference, hypothesis) of the last test, in split order: what lab.eval writes and compares
         # (a translator's; empty for the other tasks)
         self.test_outputs: list[tuple[str, str, str]] = []
+        self._rng_to_restore: dict | None = None  # a resumed checkpoint's random state, until the first step
 
     def configure_optimizers(self):
         roles = self.model.parameter_roles()
@@ -214,7 +215,7 @@ class Task(L.LightningModule):
     def on_train_batch_start(self, batch, batch_idx) -> None:
         """Restore this rank's random state of the checkpoint right before the first step: creating the data
         loader iterator on resume draws a seed the uninterrupted run did not draw at this point."""
-        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        rng, self._rng_to_restore = self._rng_to_restore, None
         if rng:
             states = rng["torch"]
             # clone: set_rng_state reads a row view of the [world, n] tensor from its storage start (segfaults)
@@ -224,10 +225,12 @@ class Task(L.LightningModule):
 
     def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
         """Examples (samples, translations, mistakes) as a W&B table and as text in the run's log."""
+        from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415 - as _log_expert_histograms
+
         if self.trainer.global_rank != 0:
             return
         for row in rows:
             log.info("%s @ step %d | %s", key, self.global_step, " | ".join(f"{c}: {v}" for c, v in zip(columns, row)))
         for logger in self.loggers:
-            if hasattr(logger, "log_text"):
+            if isinstance(logger, WandbLogger):
                 logger.log_text(key=key, columns=["step", *columns], data=[[self.global_step, *r] for r in rows])

@@ -78,7 +78,8 @@ class TranslationTask(Task):
         return int(batch["target"].shape[-1])
 
     def on_fit_start(self) -> None:
-        monitor = getattr(self.trainer.checkpoint_callback, "monitor", None)
+        checkpoint = self.trainer.checkpoint_callback
+        monitor = checkpoint.monitor if checkpoint is not None else None
         if monitor in ("val/bleu", "val/chrf") and self.val_bleu_sentences == 0:
             raise LabError(f"the best checkpoint is chosen by {monitor}, but task.val_bleu_sentences=0 decodes no "
                            "validation sentence; set it (e.g. 200) or optimized_metric=val/loss")
