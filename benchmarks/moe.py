@@ -156,6 +156,8 @@ def time_layer(layer: nn.Module, x: torch.Tensor, reps: int, clock=time.perf_cou
         layer.zero_grad(set_to_none=True)  # as a training step: gradients assigned, not accumulated
         with autocast(x.device):
             y = layer(x)
+        if isinstance(y, tuple):  # lab's MoE layer: (output, its Routing record)
+            y = y[0]
         y.backward(grad.to(y.dtype))
     sync(x.device)
     return (clock() - start) / reps
@@ -171,10 +173,9 @@ def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, 
             sync(device)
             start = clock()
         with autocast(device):
-            logits = step(ids[:, :-1])
+            logits, aux = step(ids[:, :-1], return_aux=True)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        aux = sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
-        (loss + aux).backward()
+        (loss + aux.loss()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     sync(device)

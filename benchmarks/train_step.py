@@ -51,8 +51,8 @@ def build(cfg, variant: str, device: torch.device):
     scheduler = configured["lr_scheduler"]["scheduler"] if isinstance(configured, dict) else None
 
     def loss_fn(x, y):  # as lab.tasks.language_model.LanguageModelTask: cross-entropy + MoE routing losses
-        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
-        return loss + sum(v for m in model.modules() for v in (getattr(m, "aux_losses", None) or {}).values())
+        logits, aux = model(x, return_aux=True)
+        return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()) + aux.loss()
 
     if variant == "loss_compiled" or (variant == "base" and cfg.get("compile")):
         loss_fn = torch.compile(loss_fn)

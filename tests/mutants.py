@@ -118,7 +118,7 @@ MUTANTS = [
     ("warmup starts one step late", "lab/tasks/optim.py",
      "return (step + 1) / warmup_steps", "return step / warmup_steps", ["tests/tasks/test_optim.py"]),
     ("biases get weight decay", "lab/tasks/base.py",
-     "decay = [p.dim() >= 2 and", "decay = [p.dim() >= 1 and", ["tests/tasks/test_optim.py"]),
+     "decay = [roles[n] not in NO_DECAY_ROLES for", "decay = [True for", ["tests/tasks/test_optim.py"]),
     ("resume forgets the dropout random state", "lab/tasks/base.py",
      "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
      [RESUME_CLS]),

@@ -11,7 +11,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.errors import LabError
-from lab.nn import ConfigError, Embeddings, TransformerConfig, TransformerStack, init_weights
+from lab.models.base import LabModel
+from lab.nn import (
+    Aux,
+    ConfigError,
+    Embeddings,
+    Role,
+    Routing,
+    TransformerConfig,
+    TransformerStack,
+    init_weights,
+    parameter_roles,
+)
 
 log = logging.getLogger("lab")
 
@@ -28,10 +39,12 @@ class Encoder(nn.Module):
         self.embed = Embeddings(vocab_size, cfg)
         self.stack = TransformerStack(cfg, causal=False)
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [B, T] -> hidden states [B, T, D] and the padding mask [B, T] (True = real token)."""
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[int, Routing]]:
+        """ids [B, T] -> hidden states [B, T, D], the padding mask [B, T] (True = real token) and the routed
+        layers' records by layer index."""
         mask = ids != self.pad_id
-        return self.stack(self.embed(ids), padding_mask=mask), mask
+        h, routing = self.stack(self.embed(ids), padding_mask=mask)
+        return h, mask, routing
 
 
 class ClsPooling(nn.Module):
@@ -105,7 +118,7 @@ class MaskedLMConfig(TransformerConfig):
     _target_: str = "lab.models.encoder.MaskedLM"
 
 
-class EncoderClassifier(nn.Module):
+class EncoderClassifier(LabModel):
     """Encoder -> pooling -> dropout -> linear: one label per sequence (head=sequence, logits [B, C]), or
     encoder -> dropout -> linear per token (head=token, logits [B, T, C]) for tagging.
     The keywords besides the data's facts are EncoderClassifierConfig's fields (arch: lab.nn.TransformerConfig's)."""
@@ -125,11 +138,16 @@ class EncoderClassifier(nn.Module):
         self.classifier = nn.Linear(cfg.d_model, num_labels)
         init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h, mask = self.encoder(ids)  # [B, T, D], [B, T]
+    def parameter_roles(self) -> dict[str, Role]:
+        return parameter_roles(self, readouts=(self.classifier,))  # a pooler's dense layer is Role.HEAD
+
+    def forward(self, ids: torch.Tensor, return_aux: bool = False) -> torch.Tensor | tuple[torch.Tensor, Aux]:
+        """ids [B, T] -> logits [B, C] or [B, T, C] (and with return_aux the MoE layers' Aux)."""
+        h, mask, routing = self.encoder(ids)  # [B, T, D], [B, T]
         if self.pool is not None:
             h = self.pool(h, mask)  # [B, D]
-        return self.classifier(self.dropout(h))  # [B, C] or [B, T, C]
+        logits = self.classifier(self.dropout(h))
+        return (logits, Aux.of(**{"encoder.stack": routing})) if return_aux else logits
 
     def load_encoder(self, state: dict[str, torch.Tensor], source: str = "checkpoint") -> dict[str, list[str]]:
         """Copy the `encoder.*` weights of a model state dict (a MaskedLM's) into this model's encoder.
@@ -183,7 +201,7 @@ class MLMHead(nn.Module):
         return cls(cfg.d_model, vocab_size, exact_gelu=cfg.ffn == "gelu_erf", eps=eps)
 
 
-class MaskedLM(nn.Module):
+class MaskedLM(LabModel):
     """Encoder + MLM head; the head's output matrix is the token embedding when tie_embeddings (default)."""
 
     def __init__(self, vocab_size: int, pad_id: int, mask_id: int, **arch):
@@ -196,8 +214,15 @@ class MaskedLM(nn.Module):
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.mlm_head.decoder.weight = self.encoder.embed.tokens.weight
 
-    def forward(self, ids: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
+    def parameter_roles(self) -> dict[str, Role]:
+        # tied: mlm_head.decoder.weight is the token embedding's tensor, listed once, as Role.EMBEDDING: initialised
+        # as the embedding, then shared; the head's dense transform is Role.HEAD
+        return parameter_roles(self, readouts=(self.mlm_head.decoder,))
+
+    def forward(self, ids: torch.Tensor, select: torch.Tensor | None = None,
+                return_aux: bool = False) -> torch.Tensor | tuple[torch.Tensor, Aux]:
         """ids [B, T] -> logits [B, T, V]; with select (bool [B, T]) only the selected positions: [N, V]
-        (training predicts the ~15% masked positions, not all of them)."""
-        h, _ = self.encoder(ids)
-        return self.mlm_head(h if select is None else h[select])
+        (training predicts the ~15% masked positions, not all of them). With return_aux also the MoE layers' Aux."""
+        h, _, routing = self.encoder(ids)
+        logits = self.mlm_head(h if select is None else h[select])
+        return (logits, Aux.of(**{"encoder.stack": routing})) if return_aux else logits

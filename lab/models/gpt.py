@@ -6,7 +6,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lab.nn import ConfigError, Embeddings, KVCache, SoftCap, TransformerConfig, TransformerStack, init_weights
+from lab.models.base import LabModel
+from lab.nn import (
+    Aux,
+    ConfigError,
+    Embeddings,
+    KVCache,
+    Role,
+    SoftCap,
+    TransformerConfig,
+    TransformerStack,
+    init_weights,
+    parameter_roles,
+)
 
 
 @dataclass
@@ -29,7 +41,7 @@ class GPTConfig(TransformerConfig):
             raise ConfigError(f"model.logit_softcap={self.logit_softcap!r} must be a number in (0, inf) or null")
 
 
-class GPT(nn.Module):
+class GPT(LabModel):
     """Token + position embedding -> causal transformer stack -> linear head over the vocabulary
     (-> optional logit soft-cap)."""
 
@@ -44,11 +56,16 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         self.softcap = SoftCap(logit_softcap) if logit_softcap is not None else None
         self.output_scale = cfg.d_model ** -0.5 if cfg.output_scale else None
-        init_weights(self, cfg.init_std, cfg.n_layers, zero_residual_proj=zero_init_proj, embed_std=cfg.embed_init_std)
+        init_weights(self, cfg.init_std, cfg.n_layers, zero_init_proj=zero_init_proj, embed_std=cfg.embed_init_std)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.lm_head.weight = self.embed.tokens.weight
         elif zero_init_proj:
             nn.init.zeros_(self.lm_head.weight)
+
+    def parameter_roles(self) -> dict[str, Role]:
+        # tied: lm_head.weight is the token embedding's tensor, listed once, as Role.EMBEDDING: it is initialised
+        # as the embedding (init_weights, then shared), and its lookup rows are what it trains first
+        return parameter_roles(self, readouts=(self.lm_head,))
 
     @property
     def max_seq_len(self) -> int:
@@ -57,9 +74,12 @@ class GPT(nn.Module):
     def new_caches(self, batch: int) -> list[KVCache]:
         return self.decoder.new_caches(batch)
 
-    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """ids: [B, T] -> logits [B, T, V]. With caches, ids continue the cached sequence."""
+    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None,
+                return_aux: bool = False) -> torch.Tensor | tuple[torch.Tensor, Aux]:
+        """ids: [B, T] -> logits [B, T, V] (and with return_aux the MoE layers' Aux). With caches, ids continue
+        the cached sequence."""
         start = caches[0].length if caches is not None else 0
-        h = self.decoder(self.embed(ids, start), caches=caches)  # [B, T, D]
+        h, routing = self.decoder(self.embed(ids, start), caches=caches)  # [B, T, D]
         logits = self.lm_head(h if self.output_scale is None else h * self.output_scale)
-        return logits if self.softcap is None else self.softcap(logits)
+        logits = logits if self.softcap is None else self.softcap(logits)
+        return (logits, Aux.of(decoder=routing)) if return_aux else logits

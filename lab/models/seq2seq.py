@@ -6,7 +6,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lab.nn import Embeddings, KVCache, TransformerConfig, TransformerStack, init_weights
+from lab.models.base import LabModel
+from lab.nn import (
+    Aux,
+    Embeddings,
+    KVCache,
+    Role,
+    Routing,
+    TransformerConfig,
+    TransformerStack,
+    init_weights,
+    parameter_roles,
+)
 
 
 @dataclass
@@ -21,7 +32,7 @@ class EncoderDecoderConfig(TransformerConfig):
     """A Hugging Face model directory (MarianMTModel) whose weights the task loads before training."""
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(LabModel):
     """Bidirectional encoder over the source; causal decoder with cross-attention to the encoder output.
 
     Source padding is masked in encoder self-attention and in every cross-attention. Target padding needs
@@ -48,14 +59,24 @@ class EncoderDecoder(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tgt_embed.tokens.weight
 
+    def parameter_roles(self) -> dict[str, Role]:
+        # tied: lm_head.weight is the (target, with share_embeddings also the source) token embedding's tensor,
+        # listed once, as Role.EMBEDDING: initialised as the embedding, then shared
+        return parameter_roles(self, readouts=(self.lm_head,))
+
     @property
     def max_seq_len(self) -> int:
         return self.cfg.max_seq_len
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src: [B, S] -> memory [B, S, D] and its padding mask [B, S] (True = real token)."""
+        memory, src_mask, _ = self._encode(src)
+        return memory, src_mask
+
+    def _encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[int, Routing]]:
         src_mask = src != self.pad_id
-        return self.encoder(self.src_embed(src), padding_mask=src_mask), src_mask
+        memory, routing = self.encoder(self.src_embed(src), padding_mask=src_mask)
+        return memory, src_mask, routing
 
     def new_caches(self, batch: int, src_len: int, max_len: int | None = None) -> tuple[list[KVCache], list[KVCache]]:
         """Decoder self-attention caches (max_len target positions) and cross-attention caches, which hold
@@ -70,12 +91,20 @@ class EncoderDecoder(nn.Module):
         caches: list[KVCache] | None = None,
         memory_caches: list[KVCache] | None = None,
     ) -> torch.Tensor:  # [B, T, V]
-        start = caches[0].length if caches is not None else 0
-        x = self.decoder(self.tgt_embed(tgt, start), caches=caches, memory=memory, memory_padding_mask=src_mask,
-                         memory_caches=memory_caches)
-        return self.lm_head(x if self.output_scale is None else x * self.output_scale)
+        return self._decode(tgt, memory, src_mask, caches, memory_caches)[0]
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: src [B, S], tgt [B, T] (bos + target, shifted right) -> logits [B, T, V]."""
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+    def _decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                caches: list[KVCache] | None = None, memory_caches: list[KVCache] | None = None,
+                ) -> tuple[torch.Tensor, dict[int, Routing]]:
+        start = caches[0].length if caches is not None else 0
+        x, routing = self.decoder(self.tgt_embed(tgt, start), caches=caches, memory=memory,
+                                  memory_padding_mask=src_mask, memory_caches=memory_caches)
+        return self.lm_head(x if self.output_scale is None else x * self.output_scale), routing
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor,
+                return_aux: bool = False) -> torch.Tensor | tuple[torch.Tensor, Aux]:
+        """Teacher forcing: src [B, S], tgt [B, T] (bos + target, shifted right) -> logits [B, T, V] (and with
+        return_aux the MoE layers' Aux)."""
+        memory, src_mask, encoder_routing = self._encode(src)
+        logits, decoder_routing = self._decode(tgt, memory, src_mask)
+        return (logits, Aux.of(encoder=encoder_routing, decoder=decoder_routing)) if return_aux else logits

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.nn.positions import RotaryEmbedding
+from lab.nn.roles import ResidualProjection
 
 
 class KVCache:
@@ -64,6 +65,7 @@ class MultiHeadAttention(nn.Module):
         self,
         d_model: int,
         n_heads: int,
+        *,
         bias: bool = True,
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
@@ -88,8 +90,7 @@ class MultiHeadAttention(nn.Module):
             self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
         else:
             self.qkv_proj = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)  # one matmul for q, k, v
-        self.out_proj = nn.Linear(q_dim, d_model, bias=bias)
-        self.out_proj.is_residual_proj = True
+        self.out_proj = ResidualProjection(q_dim, d_model, bias=bias)
         self.rotary = None if cross else rotary  # source and target positions are unrelated
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
         self.dropout, self.scale = dropout, scale

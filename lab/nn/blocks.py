@@ -12,6 +12,8 @@ from lab.nn.config import ConfigError, TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.norms import RMSNorm, make_norm
 from lab.nn.positions import LearnedPositions, RelativePositionBias, RotaryEmbedding, make_absolute_positions
+from lab.nn.roles import ResidualProjection, Role
+from lab.nn.routing import RoutedFFN, Routing, StackedExperts
 
 
 class Block(nn.Module):
@@ -19,11 +21,13 @@ class Block(nn.Module):
 
     pre-norm:  x + f(norm(x))   (GPT-2; stable without warmup tricks, needs a final norm)
     post-norm: norm(x + f(x))   (Vaswani et al.)
-    The block receives its parts; it never decides what kind they are.
+    The block receives its parts (by keyword); it never decides what kind they are. A RoutedFFN's record of
+    its forward is returned beside the output.
     """
 
     def __init__(
         self,
+        *,
         self_attn: MultiHeadAttention,
         ffn: nn.Module,
         norms: list[nn.Module],
@@ -40,7 +44,9 @@ class Block(nn.Module):
         self.dropout = dropout
 
     def _residual(self, x: torch.Tensor, norm: nn.Module, f, **kwargs) -> torch.Tensor:
-        y = f(norm(x) if self.pre_norm else x, **kwargs)
+        return self._add(x, norm, f(norm(x) if self.pre_norm else x, **kwargs))
+
+    def _add(self, x: torch.Tensor, norm: nn.Module, y: torch.Tensor) -> torch.Tensor:
         if self.dropout and self.training:  # a plain branch: decoding is per-call overhead bound
             y = F.dropout(y, self.dropout)
         return x + y if self.pre_norm else norm(x + y)
@@ -55,11 +61,16 @@ class Block(nn.Module):
         memory_mask: torch.Tensor | None = None,
         memory_cache: KVCache | None = None,
         token_mask: torch.Tensor | None = None,  # [B, T] True on real tokens: MoE routes only those
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Routing | None]:
+        """-> the block's output [B, T, D] and, for a RoutedFFN, its record of this forward (else None)."""
         x = self._residual(x, self.norm_attn, self.self_attn, mask=mask, is_causal=is_causal, cache=cache)
         if self.cross_attn is not None:
             x = self._residual(x, self.norm_cross, self.cross_attn, memory=memory, mask=memory_mask, cache=memory_cache)
-        return self._residual(x, self.norm_ffn, self.ffn, token_mask=token_mask)
+        h = self.norm_ffn(x) if self.pre_norm else x
+        if isinstance(self.ffn, RoutedFFN):
+            y, routing = self.ffn(h, token_mask=token_mask)
+            return self._add(x, self.norm_ffn, y), routing
+        return self._add(x, self.norm_ffn, self.ffn(h)), None
 
 
 def make_feed_forward(cfg: TransformerConfig, layer: int = 0, causal: bool = True) -> nn.Module:
@@ -80,8 +91,9 @@ def make_block(
     def attn(cross: bool) -> MultiHeadAttention:
         eps = cfg.norm_eps if cfg.norm == "rmsnorm" else 1e-6  # the block norms' (Qwen3's rms_norm_eps for both)
         qk_norm = (RMSNorm(cfg.head_dim, eps), RMSNorm(cfg.head_dim, eps)) if cfg.qk_norm else None
-        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.bias, cfg.dropout, rotary, cross, qk_norm, cfg.n_kv_heads,
-                                  cfg.head_dim, cfg.attention_scale)
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, rotary=rotary,
+                                  cross=cross, qk_norm=qk_norm, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+                                  scale=cfg.attention_scale)
 
     n_sublayers = 3 if cross_attention else 2
     return Block(
@@ -122,7 +134,8 @@ class TransformerStack(nn.Module):
         memory: torch.Tensor | None = None,  # [B, S, D]
         memory_padding_mask: torch.Tensor | None = None,  # [B, S]
         memory_caches: list[KVCache] | None = None,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, dict[int, Routing]]:
+        """-> the final hidden states [B, T, D] and the records of the routed layers, by layer index."""
         mask = padding_mask[:, None, None, :] if padding_mask is not None else None
         memory_mask = memory_padding_mask[:, None, None, :] if memory_padding_mask is not None else None
         # the current tokens' own padding (the last T positions when a cache holds earlier ones)
@@ -134,18 +147,19 @@ class TransformerStack(nn.Module):
             if mask is not None:
                 allowed = mask if allowed is None else mask & allowed
             mask, is_causal = self.relative(T, start, allowed), False
+        routing = {}
         for i, layer in enumerate(self.layers):
-            x = layer(
+            x, routing[i] = layer(
                 x,
-                mask,
-                is_causal,
-                caches[i] if caches is not None else None,
-                memory,
-                memory_mask,
-                memory_caches[i] if memory_caches is not None else None,
-                token_mask,
+                mask=mask,
+                is_causal=is_causal,
+                cache=caches[i] if caches is not None else None,
+                memory=memory,
+                memory_mask=memory_mask,
+                memory_cache=memory_caches[i] if memory_caches is not None else None,
+                token_mask=token_mask,
             )
-        return self.final_norm(x)
+        return self.final_norm(x), {i: r for i, r in routing.items() if r is not None}
 
 
 class Embeddings(nn.Module):
@@ -177,10 +191,34 @@ class Embeddings(nn.Module):
         return F.dropout(x, self.dropout) if self.dropout and self.training else x
 
 
-def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
-    """The weights of the linear layers inside Blocks (attention and FFN projections, MoE routers): the hidden
-    matrices that Muon is meant for; embeddings, heads, norms and biases are not among them."""
-    return [m.weight for b in model.modules() if isinstance(b, Block) for m in b.modules() if isinstance(m, nn.Linear)]
+def parameter_roles(model: nn.Module, readouts: tuple[nn.Module, ...]) -> dict[str, Role]:
+    """Every parameter of `model` (by its first name: a tied tensor is listed once) -> its Role, by the kind of
+    lab.nn module that holds it; the model names its output layers (`readouts`), whose matrices are
+    Role.READOUT unless tied (then the embedding's tensor, listed under the embedding's name). 1-D parameters
+    are Role.VECTOR wherever they are; a matrix no rule covers is an error, so a new module type is given its
+    role here rather than a silent default."""
+    matrix_roles: dict[int, Role] = {}
+    for m in model.modules():  # outer modules first: a Block's or a head's rule is set before its inner layers'
+        if isinstance(m, Block):
+            matrix_roles.update({id(lin.weight): Role.HIDDEN for lin in m.modules() if isinstance(lin, nn.Linear)})
+        elif isinstance(m, nn.Embedding | LearnedPositions | RelativePositionBias):
+            matrix_roles.update({id(p): Role.EMBEDDING for p in m.parameters()})
+        elif isinstance(m, nn.Linear) and id(m.weight) not in matrix_roles:
+            matrix_roles[id(m.weight)] = Role.READOUT if any(m is r for r in readouts) else Role.HEAD
+        if isinstance(m, RoutedFFN):
+            matrix_roles[id(m.router.weight)] = Role.ROUTER
+        if isinstance(m, StackedExperts):  # stacked biases are 2-D only because stacked: still vectors
+            matrix_roles.update({id(p): Role.EXPERT if p.dim() == 3 else Role.VECTOR for p in m.parameters()})
+    roles = {}
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            roles[name] = Role.VECTOR
+        elif id(p) in matrix_roles:
+            roles[name] = matrix_roles[id(p)]
+        else:
+            raise TypeError(f"parameter {name} {tuple(p.shape)} has no role: give its module type one in "
+                            "lab.nn.blocks.parameter_roles")
+    return roles
 
 
 class SoftCap(nn.Module):
@@ -200,22 +238,23 @@ class SoftCap(nn.Module):
         return f"cap={self.cap}"
 
 
-def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_residual_proj: bool = False,
+def init_weights(module: nn.Module, std: float, n_residual_layers: int, zero_init_proj: bool = False,
                  embed_std: float | None = None) -> None:
-    """GPT-2 init: N(0, std) everywhere, residual output projections N(0, std/sqrt(2L)) so the residual
-    stream's variance does not grow with depth; zero biases. zero_residual_proj: those projections start at
+    """GPT-2 init: N(0, std) everywhere, residual output projections (ResidualProjection, the experts' output
+    matrices) N(0, std/sqrt(2L)) so the residual stream's variance does not grow with depth; zero biases.
+    zero_init_proj (model.zero_init_proj): those projections start at
     zero instead (modded-nanogpt), so every block starts as the identity and learns its way in. embed_std: the
     token embeddings' std (T5: 1.0); None: std."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
-            residual = getattr(m, "is_residual_proj", False)
+            residual = isinstance(m, ResidualProjection)
             scale = math.sqrt(2 * n_residual_layers) if residual else 1.0
-            nn.init.normal_(m.weight, mean=0.0, std=0.0 if residual and zero_residual_proj else std / scale)
+            nn.init.normal_(m.weight, mean=0.0, std=0.0 if residual and zero_init_proj else std / scale)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=std if embed_std is None else embed_std)
         elif isinstance(m, (LearnedPositions, RelativePositionBias)):
             nn.init.normal_(m.weight, mean=0.0, std=std)
-        elif hasattr(m, "init_parameters"):  # raw stacked weights (MoE experts) follow the same rule
-            m.init_parameters(std, 0.0 if zero_residual_proj else std / math.sqrt(2 * n_residual_layers))
+        elif isinstance(m, StackedExperts):  # raw stacked weights (MoE experts) follow the same rule
+            m.init_parameters(std, 0.0 if zero_init_proj else std / math.sqrt(2 * n_residual_layers))

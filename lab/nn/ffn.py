@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab.nn.roles import ResidualProjection
+
 
 class ReLUSquared(nn.Module):
     """relu(x)^2 (So et al. 2021, "Primer"; modded-nanogpt): as cheap as relu, sparse, and it trains faster
@@ -27,8 +29,7 @@ class FeedForward(nn.Module):
     def __init__(self, dim: int, hidden: int, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
         super().__init__()
         self.up = nn.Linear(dim, hidden, bias=bias)
-        self.down = nn.Linear(hidden, dim, bias=bias)
-        self.down.is_residual_proj = True
+        self.down = ResidualProjection(hidden, dim, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.dropout = dropout
 
@@ -44,8 +45,7 @@ class SwiGLU(nn.Module):
     def __init__(self, dim: int, hidden: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
         self.gate_up = nn.Linear(dim, 2 * hidden, bias=bias)
-        self.down = nn.Linear(hidden, dim, bias=bias)
-        self.down.is_residual_proj = True
+        self.down = ResidualProjection(hidden, dim, bias=bias)
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:

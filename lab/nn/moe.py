@@ -15,7 +15,7 @@ tokens with one index_add, the output biases added per token as one matmul of th
 padding and drops are masks, never a data-dependent slice. (Eager on a CPU with <= 8 experts, dispatch=auto
 runs the per-expert loop instead: measured faster there.)
 
-Auxiliary losses, set on `aux_losses` after every forward, already weighted:
+Auxiliary losses, returned by every forward in its Routing record (lab.nn.routing), already weighted:
 - load_balance (Switch eq. 4): E * sum_i f_i * P_i, f_i = share of the token->expert assignments that chose
   expert i (before capacity), P_i = mean router probability of expert i, both over real tokens only.
   It equals exactly 1.0 when routing is perfectly uniform (f_i = 1/E) and reaches E when every token
@@ -25,8 +25,8 @@ Auxiliary losses, set on `aux_losses` after every forward, already weighted:
 Auxiliary-loss-free balancing (DeepSeek-V3): with bias_update_rate > 0 a per-expert bias, added to the
 scores for the top-k choice only (never to the gate), moves by the rate towards balance after every training
 forward: down for experts above the mean load, up for those below.
-`routing_stats` holds the unweighted values plus router entropy (nats, at most ln E), the dropped share,
-the per-expert token shares and the balancing bias, for logging (lab.tasks.base.Task.aux_loss).
+The record's `stats` hold the unweighted values plus router entropy (nats, at most ln E), the dropped share,
+the per-expert token shares and the balancing bias, for logging (lab.tasks.base.Task.log_routing).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from torch import nn
 
 from lab.nn.config import FFN_KINDS, ConfigError, TransformerConfig
 from lab.nn.ffn import make_ffn
+from lab.nn.routing import RoutedFFN, Routing, StackedExperts
 
 ROUTERS = ("token_choice", "expert_choice")
 GATES = ("softmax", "sigmoid")
@@ -261,7 +262,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) ->
     return y[:, :out_features] if pad_out else y
 
 
-class Experts(nn.Module):
+class Experts(StackedExperts):
     """num_experts FFNs of one kind, their weights stacked into single tensors ([E, out, in], nn.Linear's
     layout, so expert e computes exactly what nn.Linear with weight[e] would). One tensor per matrix means an
     expert that gets no tokens in a step still belongs to a parameter that gets a gradient: DDP needs no
@@ -278,9 +279,6 @@ class Experts(nn.Module):
         self.w_out = nn.Parameter(torch.empty(num_experts, dim, hidden))
         self.b_in = nn.Parameter(torch.zeros(num_experts, width_in)) if bias else None
         self.b_out = nn.Parameter(torch.zeros(num_experts, dim)) if bias else None
-        for b in (self.b_in, self.b_out):
-            if b is not None:
-                b.no_weight_decay = True  # 2-D only because stacked: still a bias (lab.tasks.base)
         self.init_parameters(std=0.02, residual_std=0.02)
 
     def init_parameters(self, std: float, residual_std: float) -> None:
@@ -387,7 +385,7 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-class MixtureOfExperts(nn.Module):
+class MixtureOfExperts(RoutedFFN):
     """Router + experts (+ shared experts). Receives its parts; `causal` says whether the stack is a decoder,
     which decides the drop priority and forbids expert choice."""
 
@@ -404,8 +402,6 @@ class MixtureOfExperts(nn.Module):
         self.renormalize = moe.renormalize if moe.renormalize is not None else moe.top_k > 1
         if moe.bias_update_rate:  # saved with the model: it decides the routing
             self.register_buffer("expert_bias", torch.zeros(experts.num_experts))
-        self.aux_losses: dict[str, torch.Tensor] = {}
-        self.routing_stats: dict[str, torch.Tensor] = {}
 
     def inactive_parameters(self) -> int:
         """Routed-expert parameters a token does not pass through: all experts but its top_k."""
@@ -421,14 +417,16 @@ class MixtureOfExperts(nn.Module):
             return min(tokens, math.ceil(factor * k * tokens / E))
         return torch.minimum(tokens, torch.ceil(factor * k * tokens.double() / E).long())  # as above, on device
 
-    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: [B, T, D]; token_mask: [B, T] True on real tokens (padding is neither routed nor counted)."""
+    def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Routing]:
+        """x: [B, T, D]; token_mask: [B, T] True on real tokens (padding is neither routed nor counted).
+        -> output [B, T, D] and this forward's aux losses and routing statistics."""
         B, T, D = x.shape
         tokens = x.reshape(B * T, D)
         real = token_mask.reshape(B * T) if token_mask is not None else None  # [N]
         route = self._expert_choice if self.moe.router == "expert_choice" else self._token_choice
-        out = route(tokens, real).view(B, T, D)  # tokens no expert took stay 0 (pass through the residual)
-        return out + self.shared(x) if self.shared is not None else out
+        out, routing = route(tokens, real)
+        out = out.view(B, T, D)  # tokens no expert took stay 0 (pass through the residual)
+        return (out + self.shared(x) if self.shared is not None else out), routing
 
     def _router_scores(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[N, D] -> logits and scores [N, E], at least float32 (routing decisions are precision-sensitive)."""
@@ -438,7 +436,7 @@ class MixtureOfExperts(nn.Module):
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return logits, logits.sigmoid() if self.moe.gate == "sigmoid" else logits.softmax(dim=-1)
 
-    def _token_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    def _token_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> tuple[torch.Tensor, Routing]:
         N, E, k = tokens.shape[0], self.experts.num_experts, self.moe.top_k
         device = tokens.device
         logits, scores = self._router_scores(tokens)  # [N, E]
@@ -483,8 +481,7 @@ class MixtureOfExperts(nn.Module):
             self._update_bias(counts)
         assignments = n_real * k
         kept = kept.sum()
-        self._record(logits, scores, real, counts, dropped=(assignments - kept) / max_one(assignments))
-        return out
+        return out, self._record(logits, scores, real, counts, dropped=(assignments - kept) / max_one(assignments))
 
     def _combine(self, tokens: torch.Tensor, rows: torch.Tensor, expert: torch.Tensor, outputs: torch.Tensor,
                  weight: torch.Tensor) -> torch.Tensor:
@@ -505,7 +502,7 @@ class MixtureOfExperts(nn.Module):
         load = all_reduce_sum(counts.float())
         self.expert_bias += self.moe.bias_update_rate * torch.sign(load.mean() - load)
 
-    def _expert_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    def _expert_choice(self, tokens: torch.Tensor, real: torch.Tensor | None) -> tuple[torch.Tensor, Routing]:
         N = tokens.shape[0]
         logits, scores = self._router_scores(tokens)  # [N, E]
         capacity = self.capacity(N)  # the static size; with padding the real capacity (a tensor) masks it
@@ -524,11 +521,10 @@ class MixtureOfExperts(nn.Module):
         n_real = N
         if real is not None:
             untaken, n_real = untaken & real, real.sum()
-        self._record(logits, scores, real, counts=taken.sum(-1), dropped=untaken.sum() / max_one(n_real))
-        return out
+        return out, self._record(logits, scores, real, counts=taken.sum(-1), dropped=untaken.sum() / max_one(n_real))
 
     def _record(self, logits: torch.Tensor, scores: torch.Tensor, real: torch.Tensor | None, counts: torch.Tensor,
-                dropped: torch.Tensor) -> None:
+                dropped: torch.Tensor) -> Routing:
         """Aux losses (weighted, in the graph) and routing statistics (detached) of this forward, over real
         tokens. counts: [E] assignments per expert (token choice: before capacity)."""
         probs = scores if self.moe.gate == "softmax" else scores / scores.sum(-1, keepdim=True)  # [N, E]
@@ -548,17 +544,18 @@ class MixtureOfExperts(nn.Module):
                 fraction = global_counts / max_one(global_counts.sum())
             load_balance = self.experts.num_experts * (fraction * mean_over_real(probs)).sum()
             losses["load_balance"] = (load_balance, self.moe.load_balance_weight)
-        self.aux_losses = {name: weight * value for name, (value, weight) in losses.items() if weight}
+        weighted = {name: weight * value for name, (value, weight) in losses.items() if weight}
         with torch.no_grad():
             entropy = mean_over_real(-(probs * probs.clamp(min=1e-30).log()).sum(-1))
-            self.routing_stats = {
+            stats = {
                 **{name: value.detach() for name, (value, _) in losses.items()},
                 "entropy": entropy,
                 "dropped": torch.as_tensor(dropped, dtype=torch.float32).detach(),
                 "expert_fraction": fraction.detach(),
             }
             if self.moe.bias_update_rate:
-                self.routing_stats["bias"] = self.expert_bias.clone()
+                stats["bias"] = self.expert_bias.clone()
+        return Routing(weighted, stats)
 
 
 def max_one(n: int | torch.Tensor) -> int | torch.Tensor:

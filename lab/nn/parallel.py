@@ -1,6 +1,8 @@
 """FSDP2 for lab models: one shard group per transformer Block, then the root (embeddings, head, norms)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -16,6 +18,13 @@ def _dtype(name: str | None) -> torch.dtype | None:
     if name not in DTYPES:
         raise ConfigError(f"FSDP mixed precision dtype {name!r} is not one of {', '.join(DTYPES)} (or null)")
     return DTYPES[name]
+
+
+class ShardsBlocks:
+    """A training strategy that shards the model with fully_shard_blocks, called with its fsdp_settings
+    (lab.runtime.trainer.strategies.FSDP2Strategy; lab.tasks.base.Task.configure_model does the call)."""
+
+    fsdp_settings: dict[str, Any]
 
 
 def fully_shard_blocks(

@@ -1,6 +1,7 @@
 """What every task shares: optimizer/scheduler wiring, aux losses, checkpoint metadata, token counting."""
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,9 +11,11 @@ import lightning as L
 import torch
 from torch import nn
 
-from lab.nn import ConfigError, hidden_matrices
-from lab.nn.parallel import fully_shard_blocks
+from lab.models.base import LabModel
+from lab.nn import Aux, ConfigError
+from lab.nn.parallel import ShardsBlocks, fully_shard_blocks
 from lab.nn.params import count_parameters
+from lab.nn.roles import NO_DECAY_ROLES
 
 log = logging.getLogger("lab")
 
@@ -72,14 +75,15 @@ class Finetune:
 class Task(L.LightningModule):
     """A LightningModule around one model.
 
-    optimizer: partial optimizer (Hydra `_partial_: true`), called with two parameter groups: weights
-    with >= 2 dims get weight decay, biases/norm gains/1-D params (and params marked `no_weight_decay`,
-    e.g. MoE experts' stacked biases) do not.
+    optimizer: partial optimizer (Hydra `_partial_: true`), called with two parameter groups by the model's
+    parameter roles (LabModel.parameter_roles): matrices get weight decay, Role.VECTOR (biases, norm gains, MoE
+    experts' stacked biases) does not; an optimizer that takes `roles` (lab.tasks.optim.MuonAdamW) also gets
+    {parameter: Role}.
     scheduler: partial schedule called with the optimizer, stepped every optimizer step.
     finetune: frozen embeddings / blocks and the head's learning rate (Finetune's fields).
     """
 
-    def __init__(self, model: nn.Module, optimizer: Callable, scheduler: Callable | None = None,
+    def __init__(self, model: LabModel, optimizer: Callable, scheduler: Callable | None = None,
                  finetune: dict | None = None):
         super().__init__()
         self.model = model
@@ -87,12 +91,16 @@ class Task(L.LightningModule):
         self.finetune = Finetune.from_config(finetune)
         self.head_ids = self.finetune.apply(model)
         self.lab_metadata: dict[str, Any] = {}  # resolved config + tokenizer, set by the entry point
+        # (source, reference, hypothesis) of the last test, in split order: what lab.eval writes and compares
+        # (a translator's; empty for the other tasks)
+        self.test_outputs: list[tuple[str, str, str]] = []
+        self._rng_to_restore: dict | None = None  # a resumed checkpoint's random state, until the first step
 
     def configure_optimizers(self):
-        for p in hidden_matrices(self.model):  # lab.tasks.optim.MuonAdamW's share; other optimizers ignore it
-            p.hidden_matrix = True
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p.dim() >= 2 and not getattr(p, "no_weight_decay", False) for p in params]
+        roles = self.model.parameter_roles()
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        params = [p for _, p in named]
+        decay = [roles[n] not in NO_DECAY_ROLES for n, _ in named]
         groups = [
             {"params": [p for p, d in zip(params, decay) if d]},
             {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0},
@@ -102,7 +110,8 @@ class Task(L.LightningModule):
             groups = [{**g, "params": [p for p in g["params"] if id(p) not in self.head_ids]} for g in groups] + \
                      [{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]
             groups = [g for g in groups if g["params"]]
-        optimizer = self.optimizer_factory(groups)
+        takes_roles = "roles" in inspect.signature(self.optimizer_factory).parameters
+        optimizer = self.optimizer_factory(groups, **({"roles": {p: roles[n] for n, p in named}} if takes_roles else {}))
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
@@ -111,7 +120,7 @@ class Task(L.LightningModule):
     def setup(self, stage: str) -> None:
         """model.init_from=<Hugging Face model directory>: its weights go into the model when training starts
         (not when resuming, and never at inference: the trained weights are in this task's own checkpoints)."""
-        path = getattr(self.model, "init_from", None)
+        path = self.model.init_from
         if stage == "fit" and path and not self.trainer.ckpt_path:
             from lab.runtime.hf.importing import init_from  # noqa: PLC0415
 
@@ -121,43 +130,31 @@ class Task(L.LightningModule):
         """Under lab.runtime.trainer.strategies.FSDP2Strategy (trainer=fsdp / fsdp_cpu): shard every lab.nn Block, then the
         root, with the strategy's mixed precision, activation checkpointing and per-block compile settings.
         Other strategies leave the model whole."""
-        settings = getattr(self.trainer.strategy, "fsdp_settings", None)
-        if settings is not None:
-            fully_shard_blocks(self.model, self.device_mesh["data_parallel"], **settings)
+        strategy = self.trainer.strategy
+        if isinstance(strategy, ShardsBlocks):
+            fully_shard_blocks(self.model, self.device_mesh["data_parallel"], **strategy.fsdp_settings)
 
     def compile_for_training(self) -> None:
         """compile=true: torch.compile the model (lab.runtime.trainer.strategies.compile_model calls this)."""
         self.model.compile()
 
-    def aux_loss(self, stage: str) -> torch.Tensor | float:
-        """Auxiliary losses the model's layers produced during the last forward (MoE routing losses),
-        already weighted, summed for the task loss; 0 for dense models. Logs their sum as `<stage>/aux_loss`
-        and each MoE layer's routing statistics (see `log_routing`)."""
-        total: torch.Tensor | float = 0.0
-        for module in self.model.modules():
-            for value in (getattr(module, "aux_losses", None) or {}).values():
-                total = total + value
+    def aux_loss(self, stage: str, aux: Aux) -> torch.Tensor | float:
+        """The auxiliary losses a forward returned (MoE routing losses), already weighted, summed for the task
+        loss; 0 for dense models. Logs their sum as `<stage>/aux_loss` and each MoE layer's routing statistics
+        (see `log_routing`)."""
+        total = aux.loss()
         if isinstance(total, torch.Tensor):
             self.log(f"{stage}/aux_loss", total.detach())
-        self.log_routing(stage)
+        self.log_routing(stage, aux)
         return total
 
-    def routing_layers(self) -> dict[str, dict[str, torch.Tensor]]:
-        """{layer name: routing_stats} of every MoE layer's last forward, e.g. "decoder.1" for
-        model.decoder.layers[1].ffn."""
-        return {
-            name.replace("layers.", "").removesuffix(".ffn"): m.routing_stats
-            for name, m in self.model.named_modules()
-            if getattr(m, "routing_stats", None)
-        }
-
-    def log_routing(self, stage: str) -> None:
+    def log_routing(self, stage: str, aux: Aux) -> None:
         """Per MoE layer, under `<stage>/moe/<layer>/`: load_balance and z_loss (unweighted), router entropy
         (nats), dropped (share of token->expert assignments over capacity), expert_<i> (share of the
         assignments routed to expert i, one CSV column each) and, with auxiliary-loss-free balancing, bias_<i>
         (expert i's selection bias). In training, every log_every_n_steps, the
         expert shares also go to W&B as a histogram over experts (one bar per expert, a heat map over steps)."""
-        layers = self.routing_layers()
+        layers = {name: routing.stats for name, routing in aux.routing.items()}  # e.g. "decoder.1"
         if not layers:
             return
         metrics = {}
@@ -187,11 +184,9 @@ class Task(L.LightningModule):
                     charts[f"train/moe/{layer}/experts"] = wandb.Histogram(np_histogram=(shares.tolist(), edges))
                 logger.log_metrics(charts, step=self.global_step)
 
-    def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self.log_routing("val")  # averaged over the validation batches (eval-mode capacity)
-
-    def on_test_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self.log_routing("test")
+    def log_final_samples(self) -> None:
+        """After training (and the test): examples of what the trained model produces, if the task makes any
+        and the last validation did not log them at this step (lab.runtime.trainer.fitting calls it)."""
 
     def count_tokens(self, batch) -> int:
         """Tokens processed by a training batch (the throughput callback divides by time)."""
@@ -220,7 +215,7 @@ class Task(L.LightningModule):
     def on_train_batch_start(self, batch, batch_idx) -> None:
         """Restore this rank's random state of the checkpoint right before the first step: creating the data
         loader iterator on resume draws a seed the uninterrupted run did not draw at this point."""
-        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        rng, self._rng_to_restore = self._rng_to_restore, None
         if rng:
             states = rng["torch"]
             # clone: set_rng_state reads a row view of the [world, n] tensor from its storage start (segfaults)
@@ -230,10 +225,12 @@ class Task(L.LightningModule):
 
     def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
         """Examples (samples, translations, mistakes) as a W&B table and as text in the run's log."""
+        from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415 - as _log_expert_histograms
+
         if self.trainer.global_rank != 0:
             return
         for row in rows:
             log.info("%s @ step %d | %s", key, self.global_step, " | ".join(f"{c}: {v}" for c, v in zip(columns, row)))
         for logger in self.loggers:
-            if hasattr(logger, "log_text"):
+            if isinstance(logger, WandbLogger):
                 logger.log_text(key=key, columns=["step", *columns], data=[[self.global_step, *r] for r in rows])

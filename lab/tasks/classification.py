@@ -7,6 +7,7 @@ from torch import nn
 from torchmetrics import Accuracy, ConfusionMatrix, F1Score, MeanMetric, MetricCollection
 
 from lab.errors import LabError
+from lab.nn import Aux
 from lab.runtime.checkpoints.reading import read_checkpoint
 from lab.runtime.hf.importing import is_hf_dir
 from lab.tasks.base import Task
@@ -45,37 +46,42 @@ class ClassificationTask(Task):
         self.mistakes: list[list] = []
 
     def setup(self, stage: str) -> None:
-        path = getattr(self.model, "init_from", None)
+        path = self.model.init_from
         if is_hf_dir(str(path or "")):  # a Hugging Face BERT: Task.setup
             return super().setup(stage)
         if stage == "fit" and path and not self.trainer.ckpt_path:
             state = read_checkpoint(path)["state_dict"]
             self.model.load_encoder({k.removeprefix("model."): v for k, v in state.items()}, source=path)
 
-    def _step(self, batch, stage: str):
+    def _metrics(self, stage: str) -> MetricCollection:
+        return {"train": self.train_metrics, "val": self.val_metrics, "test": self.test_metrics}[stage]
+
+    def _step(self, batch, stage: str) -> tuple[torch.Tensor, torch.Tensor, Aux]:
         ids, labels = batch  # [B, T], [B] (or [B, T] token labels)
-        logits = self.model(ids)  # [B, C] or [B, T, C]
+        logits, aux = self.model(ids, return_aux=True)  # [B, C] or [B, T, C]
         flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
         loss = F.cross_entropy(flat_logits, flat_labels, weight=self.class_weights,
                                label_smoothing=self.label_smoothing, ignore_index=IGNORE)
-        getattr(self, f"{stage}_metrics").update(flat_logits.argmax(-1), flat_labels)
-        return loss, logits
+        self._metrics(stage).update(flat_logits.argmax(-1), flat_labels)
+        return loss, logits, aux
 
     def training_step(self, batch, batch_idx):
-        loss, _ = self._step(batch, "train")
-        aux = self.aux_loss("train")
+        loss, _, aux = self._step(batch, "train")
+        aux_total = self.aux_loss("train", aux)
         self.log("train/loss", loss, prog_bar=True)
-        return loss + aux
+        return loss + aux_total
 
     def validation_step(self, batch, batch_idx):
-        loss, logits = self._step(batch, "val")
+        loss, logits, aux = self._step(batch, "val")
         self.val_loss.update(loss, weight=batch[1].ne(IGNORE).sum())
+        self.log_routing("val", aux)  # averaged over the batches (eval-mode capacity)
         if logits.dim() == 2 and len(self.mistakes) < self.num_examples:
             self._collect_mistakes(batch, logits)
 
     def test_step(self, batch, batch_idx):
-        loss, _ = self._step(batch, "test")
+        loss, _, aux = self._step(batch, "test")
         self.test_loss.update(loss, weight=batch[1].ne(IGNORE).sum())
+        self.log_routing("test", aux)
 
     def _collect_mistakes(self, batch, logits: torch.Tensor) -> None:
         ids, labels = batch
@@ -89,11 +95,11 @@ class ClassificationTask(Task):
         return list(getattr(dm, "labels", None) or range(self.model.classifier.out_features))
 
     def _log_split(self, stage: str) -> None:
-        values = getattr(self, f"{stage}_metrics").compute()  # synced across processes by torchmetrics
-        getattr(self, f"{stage}_metrics").reset()
+        values = self._metrics(stage).compute()  # synced across processes by torchmetrics
+        self._metrics(stage).reset()
         out = {f"{stage}/acc": values["acc"], f"{stage}/f1": values["f1"]}
         if stage != "train":
-            loss = getattr(self, f"{stage}_loss")
+            loss = self.val_loss if stage == "val" else self.test_loss
             out[f"{stage}/loss"] = loss.compute()
             loss.reset()
         self.log_dict(out, prog_bar=stage == "val")

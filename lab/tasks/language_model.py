@@ -9,6 +9,7 @@ from torchmetrics import MeanMetric
 
 from lab.data.sources.text import normalize_document
 from lab.models.decoding import generate
+from lab.nn import Aux
 from lab.tasks.base import Task
 
 
@@ -20,12 +21,13 @@ class LanguageModelTask(Task):
         """samples: {prompts, max_new_tokens, temperature, top_k, top_p}, generated after every validation."""
         super().__init__(model, optimizer, scheduler, finetune)
         self.samples = dict(samples or {})
+        self.samples_step: int | None = None  # the step at which samples were last logged
         self.val_loss = MeanMetric()
 
-    def _loss(self, batch) -> torch.Tensor:
+    def _loss(self, batch) -> tuple[torch.Tensor, Aux]:
         x, y = batch  # [B, T], [B, T]
-        logits = self.model(x)  # [B, T, V]
-        return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        logits, aux = self.model(x, return_aux=True)  # [B, T, V]
+        return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()), aux
 
     def compile_for_training(self) -> None:
         """compile=true: the model and the loss as one compiled graph, so the [B*T, V] float32 logits of the
@@ -35,16 +37,22 @@ class LanguageModelTask(Task):
         self._loss = torch.compile(self._loss)
 
     def training_step(self, batch, batch_idx):
-        loss = self._loss(batch)
-        aux = self.aux_loss("train")
+        loss, aux = self._loss(batch)
+        aux_total = self.aux_loss("train", aux)
         self.log("train/loss", loss, prog_bar=True)
-        return loss + aux
+        return loss + aux_total
+
+    def _eval_step(self, batch, stage: str) -> None:
+        loss, aux = self._loss(batch)
+        # weighted by the scored targets: a test window scores only the tokens no earlier window scored (-100)
+        self.val_loss.update(loss, weight=int((batch[1] != -100).sum()))
+        self.log_routing(stage, aux)  # averaged over the batches (eval-mode capacity)
 
     def validation_step(self, batch, batch_idx):
-        # weighted by the scored targets: a test window scores only the tokens no earlier window scored (-100)
-        self.val_loss.update(self._loss(batch), weight=int((batch[1] != -100).sum()))
+        self._eval_step(batch, "val")
 
-    test_step = validation_step
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
 
     def _log_eval(self, stage: str) -> None:
         loss = self.val_loss.compute()  # synced across processes by torchmetrics
@@ -69,7 +77,11 @@ class LanguageModelTask(Task):
         rows = [[p, tok.decode(self.sample(tok.encode(normalize_document(p)) or eos, **settings))]  # as lab.generate
                 for p in self.samples.get("prompts", ["\n"])]
         self.log_examples("samples", ["prompt", "text"], rows)
-        self.samples_step = self.global_step  # lab.train logs final samples only if none were logged at this step
+        self.samples_step = self.global_step
+
+    def log_final_samples(self) -> None:
+        if self.samples and self.samples_step != self.global_step:
+            self.log_samples()
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test")

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from lab.nn import Aux
 from lab.tasks.base import Task
 
 IGNORE = -100  # targets of positions the collator did not choose
@@ -18,26 +19,31 @@ class MLMTask(Task):
         super().__init__(model, optimizer, scheduler, finetune)
         self.eval_loss, self.eval_acc = MeanMetric(), MeanMetric()
 
-    def _step(self, batch) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _step(self, batch) -> tuple[torch.Tensor, torch.Tensor, int, Aux]:
         inputs, targets = batch
         chosen = targets != IGNORE  # [B, T]
-        logits = self.model(inputs, select=chosen)  # [N, V]: only the chosen positions
+        logits, aux = self.model(inputs, select=chosen, return_aux=True)  # [N, V]: only the chosen positions
         y = targets[chosen]  # [N]
         loss = F.cross_entropy(logits.float(), y)
-        return loss, (logits.argmax(-1) == y).float().mean(), int(y.numel())
+        return loss, (logits.argmax(-1) == y).float().mean(), int(y.numel()), aux
 
     def training_step(self, batch, batch_idx):
-        loss, acc, _ = self._step(batch)
-        aux = self.aux_loss("train")
+        loss, acc, _, aux = self._step(batch)
+        aux_total = self.aux_loss("train", aux)
         self.log_dict({"train/loss": loss, "train/acc": acc}, prog_bar=True)
-        return loss + aux
+        return loss + aux_total
 
-    def validation_step(self, batch, batch_idx):
-        loss, acc, n = self._step(batch)
+    def _eval_step(self, batch, stage: str) -> None:
+        loss, acc, n, aux = self._step(batch)
         self.eval_loss.update(loss, weight=n)
         self.eval_acc.update(acc, weight=n)
+        self.log_routing(stage, aux)  # averaged over the batches (eval-mode capacity)
 
-    test_step = validation_step
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
 
     def _log_eval(self, stage: str) -> None:
         loss, acc = self.eval_loss.compute(), self.eval_acc.compute()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from lab.errors import LabError
+from lab.nn.roles import MUON_ROLES, Role
 
 log = logging.getLogger("lab")
 
@@ -150,16 +152,17 @@ class MuonAdamW(Optimizer):
     one checkpoint entry, one list of param_groups that the schedule scales (Muon's groups first).
 
     The split is Muon's documented one: Muon orthogonalises 2-D updates, which suits the hidden layers'
-    matrices (attention and FFN projections inside lab.nn Blocks, marked `hidden_matrix` by lab.tasks.base);
-    embeddings, output heads, norm gains and biases train with AdamW. The task passes its two weight-decay
-    groups; each is split again, so the Muon and AdamW parts keep the task's no-decay rule.
+    matrices (attention and FFN projections inside lab.nn Blocks and MoE routers: lab.nn.roles.MUON_ROLES, read
+    from `roles`, {parameter: Role}, which lab.tasks.base.Task passes from the model's parameter_roles);
+    embeddings, output heads, experts' stacked matrices, norm gains and biases train with AdamW. The task passes
+    its two weight-decay groups; each is split again, so the Muon and AdamW parts keep the task's no-decay rule.
 
     lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
     keeps them), and fused (torch.optim.AdamW's: one kernel for all its tensors on a GPU; None: torch's choice);
     muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's.
     """
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
+    def __init__(self, params, roles: Mapping[torch.Tensor, Role], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0,
                  fused: bool | None = None):
@@ -168,8 +171,8 @@ class MuonAdamW(Optimizer):
         for g in groups:
             rest = {k: v for k, v in g.items() if k != "params"}
             decays = rest.get("weight_decay", weight_decay) != 0.0
-            hidden = [p for p in g["params"] if getattr(p, "hidden_matrix", False)]
-            others = [p for p in g["params"] if not getattr(p, "hidden_matrix", False)]
+            hidden = [p for p in g["params"] if roles[p] in MUON_ROLES]
+            others = [p for p in g["params"] if roles[p] not in MUON_ROLES]
             # no empty groups: torch.distributed.checkpoint (FSDP2) maps a saved group to this one's by its params
             if hidden:
                 muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})

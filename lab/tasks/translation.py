@@ -9,6 +9,7 @@ from torchmetrics import MeanMetric
 
 from lab.errors import LabError
 from lab.models.decoding import translate_ids
+from lab.nn import Aux
 from lab.tasks.base import Task
 
 log = logging.getLogger("lab")
@@ -58,18 +59,17 @@ class TranslationTask(Task):
         self.val_bleu_sentences, self.num_examples = val_bleu_sentences, num_examples
         self.val_loss = MeanMetric()
         self.outputs: list[tuple[int, str, str, str]] = []  # (index, source, reference, hypothesis) of this evaluation
-        self.test_outputs: list[tuple[str, str, str]] = []
 
-    def _loss(self, batch, smoothing: float) -> torch.Tensor:
+    def _loss(self, batch, smoothing: float) -> tuple[torch.Tensor, Aux]:
         tgt = batch["target"]  # [B, T]: bos y1 .. yn eos pad..
-        logits = self.model(batch["source"], tgt[:, :-1])  # predict each next token: [B, T-1, V]
-        return label_smoothed_cross_entropy(logits, tgt[:, 1:], smoothing, self.model.pad_id)
+        logits, aux = self.model(batch["source"], tgt[:, :-1], return_aux=True)  # each next token: [B, T-1, V]
+        return label_smoothed_cross_entropy(logits, tgt[:, 1:], smoothing, self.model.pad_id), aux
 
     def training_step(self, batch, batch_idx):
-        loss = self._loss(batch, self.label_smoothing)
-        aux = self.aux_loss("train")
+        loss, aux = self._loss(batch, self.label_smoothing)
+        aux_total = self.aux_loss("train", aux)
         self.log("train/loss", loss, prog_bar=True)
-        return loss + aux
+        return loss + aux_total
 
     def count_tokens(self, batch) -> int:
         return int((batch["source"] != self.model.pad_id).sum() + (batch["target"] != self.model.pad_id).sum())
@@ -78,17 +78,21 @@ class TranslationTask(Task):
         return int(batch["target"].shape[-1])
 
     def on_fit_start(self) -> None:
-        monitor = getattr(self.trainer.checkpoint_callback, "monitor", None)
+        checkpoint = self.trainer.checkpoint_callback
+        monitor = checkpoint.monitor if checkpoint is not None else None
         if monitor in ("val/bleu", "val/chrf") and self.val_bleu_sentences == 0:
             raise LabError(f"the best checkpoint is chosen by {monitor}, but task.val_bleu_sentences=0 decodes no "
                            "validation sentence; set it (e.g. 200) or optimized_metric=val/loss")
         n = "all" if self.val_bleu_sentences is None else f"the first {self.val_bleu_sentences}"
         log.info("val/bleu, val/chrf: %s validation sentences, decoded with %s at every validation", n, self.val_decoding)
 
-    def _eval_step(self, batch, decoding: dict, rows: torch.Tensor) -> None:
-        """Loss over the whole batch; the rows marked in `rows` [B] (bool) are decoded too."""
+    def _eval_step(self, batch, stage: str, decoding: dict, rows: torch.Tensor) -> None:
+        """Loss (and the routing statistics, eval-mode capacity) over the whole batch; the rows marked in `rows`
+        [B] (bool) are decoded too."""
         n_tokens = (batch["target"][:, 1:] != self.model.pad_id).sum()
-        self.val_loss.update(self._loss(batch, 0.0), weight=n_tokens)
+        loss, aux = self._loss(batch, 0.0)
+        self.val_loss.update(loss, weight=n_tokens)
+        self.log_routing(stage, aux)
         if bool(rows.any()):
             tok = self.trainer.datamodule.tokenizer
             hyps = [tok.decode(ids) for ids in translate_ids(self.model, batch["source"][rows], **decoding)]
@@ -100,10 +104,10 @@ class TranslationTask(Task):
     def validation_step(self, batch, batch_idx):
         n = self.val_bleu_sentences
         rows = batch["index"] < n if n is not None else torch.ones_like(batch["index"], dtype=torch.bool)
-        self._eval_step(batch, self.val_decoding, rows & (not self.trainer.sanity_checking))
+        self._eval_step(batch, "val", self.val_decoding, rows & (not self.trainer.sanity_checking))
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch, self.test_decoding, torch.ones_like(batch["index"], dtype=torch.bool))
+        self._eval_step(batch, "test", self.test_decoding, torch.ones_like(batch["index"], dtype=torch.bool))
 
     def _gathered_outputs(self) -> list[tuple[str, str, str]]:
         """(source, reference, hypothesis) of every process, in split order."""

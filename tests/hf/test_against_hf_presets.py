@@ -79,11 +79,11 @@ def test_shipped_translator_preset_exports_with_equal_logits(compose, name, tmp_
     src = torch.tensor([r + [0] * (max(map(len, rows)) - len(r)) for r in rows])  # right-padded
     tgt = torch.tensor([[1, *tok.encode("the worst movie of the year")[:8]], [1, *tok.encode("a moving film, funny")[:8]]])
     with torch.no_grad():
-        ours = model(src, tgt)
+        ours, aux = model(src, tgt, return_aux=True)
         theirs = hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
-    moe = [b.ffn for stack in (model.encoder, model.decoder) for b in stack.layers if hasattr(b.ffn, "router")]
+    moe = [routing.stats for routing in aux.routing.values()]
     assert len(moe) == (2 if cfg.model.moe else 0)
-    assert all(int((f.routing_stats["expert_fraction"] > 0).sum()) >= 2 for f in moe)  # experts that differ are compared
+    assert all(int((f["expert_fraction"] > 0).sum()) >= 2 for f in moe)  # experts that differ are compared
     assert (ours[0] - ours[1]).abs().max() > 0.05  # the two inputs give different outputs
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
 

@@ -251,13 +251,13 @@ def test_causal_attention_hides_the_future_on_every_path(path):
 
     def run(inp):
         if path == "is_causal":
-            return stack(inp)
+            return stack(inp)[0]
         if path == "explicit_mask":
-            return stack(inp, padding_mask=torch.ones(2, 10, dtype=torch.bool))
+            return stack(inp, padding_mask=torch.ones(2, 10, dtype=torch.bool))[0]
         caches = stack.new_caches(2, 10)
         if path == "chunked_prefill":
-            return torch.cat([stack(inp[:, :3], caches=caches), stack(inp[:, 3:], caches=caches)], 1)
-        return torch.cat([stack(inp[:, t : t + 1], caches=caches) for t in range(10)], 1)
+            return torch.cat([stack(inp[:, :3], caches=caches)[0], stack(inp[:, 3:], caches=caches)[0]], 1)
+        return torch.cat([stack(inp[:, t : t + 1], caches=caches)[0] for t in range(10)], 1)
 
     assert_unchanged_and_sensitive(run(x), run(y), slice(0, 6), slice(6, 10))
 
@@ -270,7 +270,7 @@ def test_causal_and_padding_mask_together_hide_padding_and_the_future():
     mask = torch.ones(2, 10, dtype=torch.bool)
     mask[:, :2] = False
     y = perturbed(perturbed(x, slice(0, 2)), slice(7, 10))
-    assert_unchanged_and_sensitive(stack(x, padding_mask=mask), stack(y, padding_mask=mask), slice(2, 7), slice(7, 10))
+    assert_unchanged_and_sensitive(stack(x, padding_mask=mask)[0], stack(y, padding_mask=mask)[0], slice(2, 7), slice(7, 10))
 
 
 @pytest.mark.parametrize("norm_placement", ["pre", "post"])
@@ -288,7 +288,7 @@ def test_padding_is_invisible_on_every_path(path, norm_placement):
         y = torch.where(mask[..., None], x, torch.randn(2, 9, 32, generator=g) * 3)
 
         def run(inp, m):
-            return stack(inp, padding_mask=m)
+            return stack(inp, padding_mask=m)[0]
     else:
         stack = lively_stack(causal=True, cross=True, norm_placement=norm_placement)
         tgt = torch.randn(2, 4, 32, generator=g)
@@ -297,10 +297,10 @@ def test_padding_is_invisible_on_every_path(path, norm_placement):
 
         def run(memory, m):
             if path == "cross_attention":
-                return stack(tgt, memory=memory, memory_padding_mask=m)
+                return stack(tgt, memory=memory, memory_padding_mask=m)[0]
             caches, memory_caches = stack.new_caches(2, 4), stack.new_caches(2, 9)
             steps = [stack(tgt[:, t : t + 1], caches=caches, memory=memory, memory_padding_mask=m,
-                           memory_caches=memory_caches) for t in range(4)]
+                           memory_caches=memory_caches)[0] for t in range(4)]
             return torch.cat(steps, 1)
 
     real = mask[..., None] if path == "encoder" else torch.ones(2, 4, 1, dtype=torch.bool)
@@ -319,6 +319,6 @@ def test_translator_source_padding_changes_nothing(layout):
     tgt = torch.tensor([[BOS, 6, 8, 3]])
     alone, in_batch = model(sentence, tgt), model(batch, tgt.expand(2, -1))[:1]
     torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5)
-    memory = model.encoder(model.src_embed(batch))  # the encoder without its mask: pads are attended
+    memory, _ = model.encoder(model.src_embed(batch))  # the encoder without its mask: pads are attended
     leaked = model.decode(tgt.expand(2, -1), memory, batch != PAD)[:1]
     assert (leaked - alone).abs().max() > 1e-2

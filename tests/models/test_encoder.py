@@ -39,8 +39,8 @@ def test_late_token_changes_early_representation():
     ids = torch.randint(1, 50, (1, 10))
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] % 49) + 1  # a different real token at the last position
-    h1, _ = model.encoder(ids)
-    h2, _ = model.encoder(changed)
+    h1, _, _ = model.encoder(ids)
+    h2, _, _ = model.encoder(changed)
     assert not torch.allclose(h1[0, 0], h2[0, 0], atol=1e-4), "position 0 did not see the last token: attention is causal"
 
 

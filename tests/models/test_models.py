@@ -10,7 +10,7 @@ import torch
 
 from lab.models.decoding import generate, sample_next
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, TransformerConfig, hidden_matrices
+from lab.nn import ConfigError, Role, TransformerConfig
 from lab.nn.params import count_parameters
 
 VARIANTS = list(itertools.product(["pre", "post"], ["learned", "sinusoidal", "rotary"], ["relu", "gelu", "swiglu"], ["layernorm", "rmsnorm"]))
@@ -107,7 +107,8 @@ def test_output_scale_multiplies_the_last_hidden_state_by_d_model_to_the_minus_h
     with torch.no_grad():
         torch.testing.assert_close(scaled(*inputs), plain(*inputs) / 8, atol=0, rtol=0)
     embed = (scaled.embed if kind == "gpt" else scaled.src_embed).tokens.weight
-    assert 0.9 < embed.std() < 1.1 and max(w.std() for w in hidden_matrices(scaled)) < 0.03
+    assert 0.9 < embed.std() < 1.1 and max(p.std() for n, p in scaled.named_parameters()
+                                           if scaled.parameter_roles()[n] is Role.HIDDEN) < 0.03
 
 
 def test_an_encoder_refuses_the_output_scale():

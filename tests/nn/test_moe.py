@@ -47,7 +47,7 @@ def test_one_expert_top1_dropless_with_copied_weights_is_the_dense_ffn_exactly(f
         layer.experts.w_out[0].copy_(dense.down.weight)
         layer.experts.b_out[0].copy_(dense.down.bias)
     x = torch.randn(3, 7, D)
-    assert torch.equal(layer(x), dense(x))
+    assert torch.equal(layer(x)[0], dense(x))
 
 
 @pytest.mark.parametrize("top_k", [1, 2], ids=["top1", "top2"])
@@ -58,16 +58,16 @@ def test_load_balance_loss_is_one_for_uniform_routing_and_grows_under_collapse(t
     prefs = torch.zeros(8, E)
     prefs[torch.arange(8), torch.arange(8) % E] = 4.0
     prefs[torch.arange(8), (torch.arange(8) + 1) % E] = 2.0
-    layer(route_to(layer, prefs))
-    uniform = layer.routing_stats["load_balance"].item()
-    assert torch.allclose(layer.routing_stats["expert_fraction"], torch.full((E,), 1 / E))
+    stats = layer(route_to(layer, prefs))[1].stats
+    uniform = stats["load_balance"].item()
+    assert torch.allclose(stats["expert_fraction"], torch.full((E,), 1 / E))
     assert uniform == pytest.approx(1.0, abs=1e-6)
 
     collapsed = torch.zeros(8, E)
     collapsed[:, 0], collapsed[:, 1] = 8.0, 4.0  # everyone picks expert 0 (and 1)
-    layer(route_to(layer, collapsed))
-    assert layer.routing_stats["load_balance"].item() > 1.5 * uniform
-    assert layer.routing_stats["entropy"].item() < math.log(E) / 2
+    stats = layer(route_to(layer, collapsed))[1].stats
+    assert stats["load_balance"].item() > 1.5 * uniform
+    assert stats["entropy"].item() < math.log(E) / 2
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["encoder-router-priority", "decoder-token-order"])
@@ -76,9 +76,10 @@ def test_capacity_drops_exactly_the_overflow_by_priority(causal):
     layer = moe_layer(causal=causal, num_experts=E, top_k=1, capacity_factor=1.0)
     prefs = torch.zeros(M, E)
     prefs[:, 0] = torch.linspace(1.0, 5.0, M)  # all want expert 0; later tokens are more confident
-    out = layer(route_to(layer, prefs))[0]  # [M, D]
+    out, routing = layer(route_to(layer, prefs))
+    out = out[0]  # [M, D]
     capacity = math.ceil(1.0 * M / E)  # 3
-    assert layer.routing_stats["dropped"].item() == pytest.approx((M - capacity) / M)
+    assert routing.stats["dropped"].item() == pytest.approx((M - capacity) / M)
     processed = out.abs().sum(-1) > 0
     assert processed.sum().item() == capacity
     # a decoder keeps the earliest tokens (no token's fate depends on a later one); an encoder the most confident
@@ -114,14 +115,14 @@ def test_padding_changes_neither_routing_statistics_nor_real_outputs(moe):
     cfg = TransformerConfig(d_model=D, n_heads=2, n_layers=2, moe=moe)
     stack = TransformerStack(cfg, causal=False).train()  # training capacity: drops happen
     x = torch.randn(2, 6, D)
-    short = stack(x)
-    stats = [layer.ffn.routing_stats for layer in stack.layers]
+    short, routing = stack(x)
+    assert sorted(routing) == [0, 1]  # every layer is a MoE layer and returns its record
     padded_x = torch.cat([x, 100 * torch.randn(2, 4, D)], dim=1)  # loud garbage in the padding
     mask = torch.arange(10)[None, :].expand(2, -1) < 6
-    padded = stack(padded_x, padding_mask=mask)
-    for before, layer in zip(stats, stack.layers):
-        for key, value in before.items():
-            torch.testing.assert_close(layer.ffn.routing_stats[key], value, msg=key)
+    padded, padded_routing = stack(padded_x, padding_mask=mask)
+    for i, before in routing.items():
+        for key, value in before.stats.items():
+            torch.testing.assert_close(padded_routing[i].stats[key], value, msg=key)
     torch.testing.assert_close(padded[:, :6], short)
 
 
@@ -131,7 +132,7 @@ def test_output_does_not_depend_on_token_order(moe):
     layer = moe_layer(**moe).train()
     x = torch.randn(1, 24, D)
     perm = torch.randperm(24)
-    torch.testing.assert_close(layer(x[:, perm]), layer(x)[:, perm], rtol=0, atol=1e-6)
+    torch.testing.assert_close(layer(x[:, perm])[0], layer(x)[0][:, perm], rtol=0, atol=1e-6)
 
 
 def test_parameter_counts_report_active_experts_only():

@@ -33,20 +33,19 @@ def layer_with_preferences(**moe):
 def test_balancing_bias_moves_load_off_an_overloaded_expert_and_never_weighs_the_output():
     rate = 0.05
     layer, x = layer_with_preferences(bias_update_rate=rate)
-    layer(x)
-    assert layer.routing_stats["expert_fraction"].tolist() == [1.0, 0.0, 0.0, 0.0]  # collapsed on expert 0
+    assert layer(x)[1].stats["expert_fraction"].tolist() == [1.0, 0.0, 0.0, 0.0]  # collapsed on expert 0
     # one step of the rule: overloaded expert 0 down by the rate, the idle ones up by it
     assert layer.expert_bias.tolist() == pytest.approx([-rate, rate, rate, rate])
     for _ in range(9):
-        layer(x)
-    load = layer.routing_stats["expert_fraction"]
+        stats = layer(x)[1].stats
+    load = stats["expert_fraction"]
     assert load[0] <= 0.5 and (load[1:] > 0).any()  # the bias pushed tokens off expert 0
-    assert layer.routing_stats["bias"].tolist() == layer.expert_bias.tolist()  # logged as it is
+    assert stats["bias"].tolist() == layer.expert_bias.tolist()  # logged as it is
 
     # the bias chooses the expert, the unbiased probability weighs it (eval mode: no update)
     layer.eval()
     bias = layer.expert_bias.clone()
-    out = layer(x)[0]
+    out = layer(x)[0][0]
     assert torch.equal(layer.expert_bias, bias)
     probs = layer.router(x[0]).softmax(-1)
     chosen = (probs + bias).argmax(-1)
@@ -61,9 +60,9 @@ def test_balancing_bias_moves_load_off_an_overloaded_expert_and_never_weighs_the
 def test_without_the_bias_the_same_input_stays_collapsed():
     layer, x = layer_with_preferences()
     for _ in range(10):
-        layer(x)
-    assert layer.routing_stats["expert_fraction"].tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert not hasattr(layer, "expert_bias") and "bias" not in layer.routing_stats
+        stats = layer(x)[1].stats
+    assert stats["expert_fraction"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert not hasattr(layer, "expert_bias") and "bias" not in stats
 
 
 def _rank(rank: int, port: int, results) -> None:
@@ -75,9 +74,9 @@ def _rank(rank: int, port: int, results) -> None:
     if rank == 1:
         with torch.no_grad():
             layer.router.weight[[0, 3]] = layer.router.weight[[3, 0]]
-    layer(x)
+    stats = layer(x)[1].stats
     probs = layer.router(x[0]).softmax(-1).mean(0)
-    results[rank] = (layer.routing_stats["expert_fraction"].clone(), layer.routing_stats["load_balance"].clone(),
+    results[rank] = (stats["expert_fraction"].clone(), stats["load_balance"].clone(),
                      probs.detach(), layer.expert_bias.clone())
     dist.destroy_process_group()
 

@@ -13,17 +13,16 @@ from hydra.utils import instantiate
 
 from lab.errors import LabError
 from lab.models.gpt import GPT
-from lab.nn import hidden_matrices
+from lab.nn import Role
 from lab.tasks.optim import MuonAdamW
 
 
-def task_groups(model: torch.nn.Module) -> list[dict]:
-    """What lab.tasks.base.Task.configure_optimizers hands the optimizer: the marks, then two decay groups."""
-    for p in hidden_matrices(model):
-        p.hidden_matrix = True
-    params = list(model.parameters())
-    return [{"params": [p for p in params if p.dim() >= 2]},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+def task_groups(model: torch.nn.Module) -> tuple[list[dict], dict]:
+    """What lab.tasks.base.Task.configure_optimizers hands MuonAdamW: two decay groups, and the roles."""
+    roles, named = model.parameter_roles(), list(model.named_parameters())
+    return ([{"params": [p for n, p in named if roles[n] is not Role.VECTOR]},
+             {"params": [p for n, p in named if roles[n] is Role.VECTOR], "weight_decay": 0.0}],
+            {p: roles[n] for n, p in named})
 
 
 # ---- Muon + AdamW -------------------------------------------------------------------------------------------
@@ -32,7 +31,7 @@ def test_muon_gets_exactly_the_block_matrices_and_adamw_the_rest(caplog):
     model = GPT(11, tie_embeddings=False, **TINY)
     names = {id(p): n for n, p in model.named_parameters()}
     with caplog.at_level(logging.INFO, logger="lab"):
-        opt = MuonAdamW(task_groups(model), lr=1e-3, weight_decay=0.1, muon_lr=0.02)
+        opt = MuonAdamW(*task_groups(model), lr=1e-3, weight_decay=0.1, muon_lr=0.02)
     muon = sorted(names[id(p)] for g in opt.muon.param_groups for p in g["params"])
     assert muon == sorted(f"decoder.layers.{i}.{m}.weight" for i in range(2)
                           for m in ("self_attn.qkv_proj", "self_attn.out_proj", "ffn.up", "ffn.down"))
@@ -53,9 +52,8 @@ def test_a_muon_step_is_the_orthogonalised_gradient(shape):
     quintic iteration trades exactness for speed). An AdamW step (elementwise) would fail the diagonality."""
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.randn(*shape))
-    w.hidden_matrix = True
     bias = torch.nn.Parameter(torch.zeros(3))
-    opt = MuonAdamW([{"params": [w, bias]}], lr=1e-3, muon_lr=0.1, momentum=0.0, nesterov=False)
+    opt = MuonAdamW([{"params": [w, bias]}], {w: Role.HIDDEN, bias: Role.VECTOR}, lr=1e-3, muon_lr=0.1, momentum=0.0, nesterov=False)
     g = torch.randn(*shape)
     before = w.detach().clone()
     w.grad, bias.grad = g.clone(), torch.ones(3)
@@ -77,11 +75,11 @@ def test_muon_adamw_state_round_trips_and_continues_identically():
         torch.manual_seed(0)
         model = GPT(11, **TINY)
         x = torch.randint(0, 11, (2, 8))
-        opt = MuonAdamW(task_groups(model), lr=1e-2, muon_lr=0.05)
+        opt = MuonAdamW(*task_groups(model), lr=1e-2, muon_lr=0.05)
         for i in range(4):
             if split and i == 2:
                 state = opt.state_dict()
-                opt = MuonAdamW(task_groups(model), lr=1e-2, muon_lr=0.05)
+                opt = MuonAdamW(*task_groups(model), lr=1e-2, muon_lr=0.05)
                 opt.load_state_dict(state)
             F.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
             opt.step()
@@ -93,14 +91,15 @@ def test_muon_adamw_state_round_trips_and_continues_identically():
 
 def test_a_model_without_blocks_gets_one_clear_error():
     with pytest.raises(LabError, match=r"drop \+task/optimizer=muon"):
-        MuonAdamW([torch.nn.Parameter(torch.zeros(3, 3))])
+        head = torch.nn.Parameter(torch.zeros(3, 3))
+        MuonAdamW([head], {head: Role.HEAD})
 
 
 @pytest.mark.parametrize("task", ["language_model", "classification", "mlm", "translation"])
 def test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings(compose, task):
     cfg = compose([f"task={task}", "+task/optimizer=muon"])
     model = GPT(11, **TINY)
-    opt = instantiate(cfg.task.optimizer)(task_groups(model))
+    opt = instantiate(cfg.task.optimizer)(*task_groups(model))
     assert isinstance(opt, MuonAdamW)
     assert opt.adamw.param_groups[0]["lr"] == cfg.task.optimizer.lr and opt.muon.param_groups[0]["lr"] == 0.02
     assert opt.adamw.param_groups[0]["betas"] == tuple(cfg.task.optimizer.betas)
@@ -140,9 +139,8 @@ def test_fused_reaches_the_adamw_part_and_steps_as_the_unfused_one():
     for fused in (True, False):
         torch.manual_seed(0)
         w, bias = torch.nn.Parameter(torch.randn(6, 4)), torch.nn.Parameter(torch.randn(4))
-        w.hidden_matrix = True
         start = bias.detach().clone()
-        opt = MuonAdamW([{"params": [w, bias]}], lr=1e-2, weight_decay=0.1, fused=fused)
+        opt = MuonAdamW([{"params": [w, bias]}], {w: Role.HIDDEN, bias: Role.VECTOR}, lr=1e-2, weight_decay=0.1, fused=fused)
         assert opt.adamw.defaults["fused"] is fused
         g = torch.Generator().manual_seed(1)
         for _ in range(3):

@@ -9,6 +9,7 @@ from lightning.pytorch.callbacks import EMAWeightAveraging
 from lightning.pytorch.trainer.states import TrainerFn
 
 from lab.errors import LabError
+from lab.nn.parallel import ShardsBlocks
 
 log = logging.getLogger("lab")
 
@@ -32,7 +33,7 @@ class EMA(EMAWeightAveraging):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit":
-            if getattr(trainer.strategy, "fsdp_settings", None) is not None or "deepspeed" in type(trainer.strategy).__name__.lower():
+            if isinstance(trainer.strategy, ShardsBlocks) or "deepspeed" in type(trainer.strategy).__name__.lower():
                 raise LabError("callbacks.ema keeps a full copy of the model and does not work with sharded strategies "
                                "(trainer=fsdp / deepspeed); use trainer=ddp, or average checkpoints afterwards with "
                                "python -m lab.checkpoint average <run dir> out.ckpt --last N")

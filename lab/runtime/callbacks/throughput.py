@@ -75,9 +75,8 @@ class Throughput(L.Callback):
         metrics = {"perf/tokens_per_s": per_device, "perf/tokens_per_s_global": per_device * trainer.world_size,
                    "perf/tokens_seen": float(self.tokens_seen), "perf/train_s": self.train_s}
         peak = peak_flops(pl_module.device)
-        cfg = getattr(pl_module.model, "cfg", None)
-        if peak and cfg is not None:
-            metrics["perf/mfu"] = per_device * flops_per_token(cfg, pl_module.parameter_counts(), self._seq_len) / peak
+        if peak:
+            metrics["perf/mfu"] = per_device * flops_per_token(pl_module.model.cfg, pl_module.parameter_counts(), self._seq_len) / peak
         pl_module.log_dict(metrics, on_step=True, on_epoch=False)
         self._t0 = None
 

@@ -68,7 +68,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 def write_outputs(task, directory: Path) -> None:
     """test.source / test.reference / test.hypothesis: one sentence a line, in the test split's order (what
     another system translates to be compared with compare_to=)."""
-    outputs = getattr(task, "test_outputs", None)
+    outputs = task.test_outputs
     if not outputs:
         raise LabError("outputs_dir writes a translator's test sentences; this checkpoint has none")
     directory.mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,7 @@ def compare(task, this: str, other: str, cfg: DictConfig, samples: int = 1000) -
     from sacrebleu.metrics import BLEU, CHRF  # noqa: PLC0415
     from sacrebleu.significance import PairedTest  # noqa: PLC0415
 
-    outputs = getattr(task, "test_outputs", None)
+    outputs = task.test_outputs
     if not outputs:
         raise LabError(f"compare_to compares translations; {this} is not a translator checkpoint (no test outputs)")
     sources, refs, hyps = map(list, zip(*outputs))

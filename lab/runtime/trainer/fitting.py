@@ -64,8 +64,7 @@ def fit_and_test(cfg: DictConfig, trainer, loggers: list, task, datamodule, resu
                 best = "best" if trainer.checkpoint_callback else None
                 results = trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
                 metrics.update({k: float(v) for k, v in (results[0] if results else {}).items()})
-            if hasattr(task, "log_samples") and task.samples and getattr(task, "samples_step", None) != trainer.global_step:
-                task.log_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
+            task.log_final_samples()  # every rank generates (FSDP gathers shards collectively); rank 0 logs
         exit_code = 0
     finally:
         if resume:

@@ -13,13 +13,14 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
+from lab.nn.parallel import ShardsBlocks
 
 log = logging.getLogger("lab")
 # ModelParallelStrategy's precision plugins; 16-mixed needs a sharded grad scaler it does not have.
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 
 
-class FSDP2Strategy(ModelParallelStrategy):
+class FSDP2Strategy(ModelParallelStrategy, ShardsBlocks):
     """FSDP2 through Lightning's ModelParallelStrategy: every process is one data-parallel shard (no tensor
     parallelism); `Task.configure_model` shards each transformer Block with the settings below.
 
