@@ -12,11 +12,11 @@ from conftest import TINY_LM, run_dirs, run_module, train
 
 from lab.data.classification import encode_sentence
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
+from lab.hf.exporting import export
 from lab.models.decoding import generate, greedy_translate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -72,7 +72,7 @@ CASES = {
     # tied; an epsilon (the block norms' and the QK-norm's) and a rotary base far from the defaults
     "qwen3-char-tied-eps-rope": ("Qwen3ForCausalLM", "char", {**LLAMA_LAYOUT, "qk_norm": True, "norm_eps": 0.003,
                                                               "rope_base": 50.0}),
-    # gpt_*_fast's layout (lab.runtime.hf.apertus): QK-norm, a non-gated ReLU² FFN, untied; then the exact GELU,
+    # gpt_*_fast's layout (lab.hf.apertus): QK-norm, a non-gated ReLU² FFN, untied; then the exact GELU,
     # with GQA, head_dim 12 != 32 / 4, an epsilon and a rotary base far from the defaults
     "apertus-bpe-relu2-untied": ("ApertusForCausalLM", "bpe", {**LLAMA_LAYOUT, "qk_norm": True, "ffn": "relu_squared",
                                                                "tie_embeddings": False}),
@@ -354,7 +354,7 @@ def test_cli_exports_a_trained_run_directory(tmp_path):
     files = line.split(": ", 1)[1].split(" (load with")[0].split(", ")
     assert line.startswith("wrote GPT2LMHeadModel") and "AutoModelForCausalLM.from_pretrained(" in line
     assert sorted(files) == sorted(p.name for p in out.iterdir())
-    from lab.runtime.checkpoints.reading import load_model
+    from lab.checkpoints.reading import load_model
 
     model, tok, _ = load_model(best)
     ids = torch.tensor([tok.encode("ROMEO. What say you?")])

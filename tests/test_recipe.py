@@ -225,7 +225,7 @@ def test_zero_init_projections_start_every_block_as_the_identity():
 
 
 def test_the_new_options_are_refused_by_export_with_their_names():
-    from lab.runtime.hf import LM_FAMILIES, pick_family
+    from lab.hf.exporting import LM_FAMILIES, pick_family
 
     # QK-norm is kept (Apertus computes it), the soft-cap is named
     with pytest.raises(LabError, match=r"nearest: ApertusForCausalLM, which needs model.positions=rotary model.norm=rmsnorm "

@@ -81,7 +81,7 @@ class EncoderClassifier(nn.Module):
     encoder -> dropout -> linear per token (head=token, logits [B, T, C]) for tagging.
 
     init_from: a MaskedLM checkpoint whose encoder weights the task loads before training (load_encoder), or a
-    Hugging Face BERT directory (lab.runtime.hf.importing.init_from);
+    Hugging Face BERT directory (lab.hf.importing.init_from);
     stored here so the run's config records where the weights came from."""
 
     def __init__(self, vocab_size: int, pad_id: int, num_labels: int, pooling: str = "cls", head: str = "sequence",

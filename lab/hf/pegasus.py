@@ -1,9 +1,9 @@
 """lab's translator in the pre-norm layout with sinusoidal positions -> transformers' PegasusForConditionalGeneration:
 Marian's layers with the norm before each sublayer and one after the last layer of each side (the same mapping,
-the same sinusoidal table: lab.runtime.hf.marian)."""
+the same sinusoidal table: lab.hf.marian)."""
 from __future__ import annotations
 
-from lab.runtime.hf import marian
+from lab.hf import marian
 
 LAYOUT = "pre-norm layernorm, sinusoidal positions, relu or gelu FFN, shared source/target embeddings, no MoE"
 

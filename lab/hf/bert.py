@@ -107,7 +107,7 @@ def fold(state: dict, config: dict) -> dict:
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """BertForMaskedLM / BertForSequenceClassification's config.json -> lab.models.encoder's arguments."""
-    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+    from lab.hf.importing import has_bias, setting  # noqa: PLC0415
 
     act = setting(config, "hidden_act", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")  # "gelu": the exact one
     setting(config, "position_embedding_type", ("absolute",), "absolute")

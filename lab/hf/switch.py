@@ -10,19 +10,19 @@ Two things are equal by choice of config rather than by layout:
 - The output projection. Tied (tie_word_embeddings=true), Switch multiplies the decoder output by d_model^-0.5
   before it: lab's model.output_scale with tied embeddings. A tied lab model without output_scale is written
   with tie_word_embeddings=false and lm_head.weight its own copy of the shared embedding (the same logits).
-The stacks' mapping is T5's (lab.runtime.hf.t5), which this one extends with experts."""
+The stacks' mapping is T5's (lab.hf.t5), which this one extends with experts."""
 from __future__ import annotations
 
 import logging
 
-from lab.runtime.hf import t5
+from lab.hf import t5
 
 log = logging.getLogger("lab")
 
 LAYOUT = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu or gelu FFN, no biases, "
           "shared unscaled embeddings, model.moe: softmax top-1 token choice, experts of width d_ff, dropless at eval")
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new"}  # lab's FFN -> dense_act_fn
-OUTPUT_SCALE = True  # lab.runtime.hf.lab_only: Switch computes model.output_scale (tied)
+OUTPUT_SCALE = True  # lab.hf.lab_only: Switch computes model.output_scale (tied)
 
 
 def sparse_layers(n_layers: int, n_sparse: int) -> list[int]:
@@ -92,7 +92,7 @@ def fold(state: dict, config: dict) -> dict:
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """SwitchTransformersForConditionalGeneration's config.json -> lab.models.seq2seq.EncoderDecoder's arguments."""
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+    from lab.hf.importing import setting  # noqa: PLC0415
 
     act = setting(config, "dense_act_fn", tuple(ACTIVATION.values()), "relu")
     setting(config, "router_bias", (False,), False)

@@ -1,12 +1,12 @@
 """lab GPT in the Llama layout with QK-norm -> transformers' Qwen3ForCausalLM: Llama's tensors under Llama's names
-(lab.runtime.hf.llama's mapping, grouped-query attention, model.head_dim = head_dim), no biases, plus each layer's
+(lab.hf.llama's mapping, grouped-query attention, model.head_dim = head_dim), no biases, plus each layer's
 q_norm / k_norm (lab's model.qk_norm: RMSNorm over head_dim before rotary, epsilon rms_norm_eps = model.norm_eps)."""
 from __future__ import annotations
 
-from lab.runtime.hf import llama
+from lab.hf import llama
 
 LAYOUT = "the Llama layout without biases + model.qk_norm"
-QK_NORM = True  # the one family that computes lab's qk_norm (lab.runtime.hf.lab_only refuses it for the others)
+QK_NORM = True  # the one family that computes lab's qk_norm (lab.hf.lab_only refuses it for the others)
 
 
 def check(model) -> list[str]:

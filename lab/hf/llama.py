@@ -93,7 +93,7 @@ def backbone_arch(config: dict, ffns: dict | None = None, act: str = "silu") -> 
     """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ.
     ffns: the family's hidden_act -> lab's model.ffn (None: Llama's silu -> swiglu); act: hidden_act's default."""
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+    from lab.hf.importing import setting  # noqa: PLC0415
 
     D, H = config["hidden_size"], config["num_attention_heads"]
     ffns = ffns or {"silu": "swiglu"}
@@ -126,7 +126,7 @@ def backbone_arch(config: dict, ffns: dict | None = None, act: str = "silu") -> 
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """LlamaForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+    from lab.hf.importing import setting  # noqa: PLC0415
 
     bias = bool(config.get("attention_bias", False))
     setting(config, "mlp_bias", (bias,), False)  # lab's model.bias is both or neither

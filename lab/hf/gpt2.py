@@ -58,7 +58,7 @@ BIASES = ("ln_1", "ln_2", "c_attn", "c_proj", "c_fc", "ln_f")  # the layers lab'
 
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """GPT2LMHeadModel's config.json -> lab.models.gpt.GPT's arguments (the inverse of convert's config)."""
-    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+    from lab.hf.importing import has_bias, setting  # noqa: PLC0415
 
     act = setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu_new")
     setting(config, "scale_attn_by_inverse_layer_idx", (False,), False)

@@ -1,7 +1,7 @@
 """lab GPT in the Llama layout with a mixture of experts in every layer -> transformers' MixtralForCausalLM."""
 from __future__ import annotations
 
-from lab.runtime.hf import llama
+from lab.hf import llama
 
 LAYOUT = ("the Llama layout + model.moe in every layer (softmax token-choice top-k, renormalised gates, dropless "
           "at inference, no shared experts, no selection bias), no biases")
@@ -49,7 +49,7 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """MixtralForCausalLM's config.json -> lab.models.gpt.GPT's arguments: the Llama backbone, a dropless
     softmax top-k mixture of experts with renormalised gates in every layer."""
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+    from lab.hf.importing import setting  # noqa: PLC0415
 
     setting(config, "router_jitter_noise", (0.0, 0), 0.0)
     moe = {"num_experts": config["num_local_experts"], "top_k": config["num_experts_per_tok"],

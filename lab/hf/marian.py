@@ -110,7 +110,7 @@ def arch(config: dict, state: dict, name: str, tok) -> dict:
 def layers_arch(config: dict, state: dict, norm_placement: str) -> dict:
     """The config.json fields Marian and Pegasus share -> EncoderDecoder's arguments."""
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
+    from lab.hf.importing import has_bias, setting  # noqa: PLC0415
 
     act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")
     setting(config, "share_encoder_decoder_embeddings", (True,), True)

@@ -1,6 +1,6 @@
 """lab models in and out of the Hugging Face format. Export: model.safetensors + config.json
 (+ generation_config.json) + tokenizer files, loadable with `transformers` and no lab installed. Import
-(lab.runtime.hf.importing): such a directory into lab's model and tokenizer, through the same mappings.
+(lab.hf.importing): such a directory into lab's model and tokenizer, through the same mappings.
 
 One module per target family: each has `check(model) -> list[str]` (the fields that keep the model from being
 reproduced exactly; empty when it can be), `convert(model, meta) -> (config dict, state dict)` (a pure
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
+from lab.checkpoints.reading import trained_length as from_config
 from lab.errors import LabError
-from lab.runtime.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, switch, t5, tokenizer
+from lab.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, switch, t5, tokenizer
 
 log = logging.getLogger("lab")
 
@@ -54,7 +55,7 @@ def _builders():
             "encoder": lambda kw: EncoderClassifier(**kw)}
 
 
-# Hugging Face class -> (family module, kind of lab model): what lab.runtime.hf.importing.load reads
+# Hugging Face class -> (family module, kind of lab model): what lab.hf.importing.load reads
 IMPORTS = {name: (family, kind) for kind, families in
            (("lm", LM_FAMILIES), ("seq2seq", SEQ2SEQ_FAMILIES), ("mlm", MLM_FAMILIES), ("encoder", CLASSIFIER_FAMILIES))
            for name, family in families}
@@ -134,8 +135,6 @@ def special_token_ids(model, tok, kind: str) -> dict[str, int | None]:
 def trained_length(model, meta: dict) -> int:
     """The length the model was trained on (data.max_length / block_size / max_tokens, at most max_seq_len);
     the model's max_seq_len when the metadata has no config (a model built in code)."""
-    from lab.runtime.inference.predict import trained_length as from_config  # noqa: PLC0415
-
     return from_config(meta) if meta.get("config") else model.cfg.max_seq_len
 
 

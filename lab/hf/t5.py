@@ -1,7 +1,7 @@
 """lab's translator in T5's layout -> transformers' T5ForConditionalGeneration (Raffel et al. 2020): pre-norm
 RMSNorm, no biases, T5's relative position bias (one table per stack, lab.nn.positions.RelativePositionBias),
 unscaled attention (model.attention_scale=1.0), one shared unscaled token embedding, ReLU or GELU FFNs. The
-stacks' mapping is shared with SwitchTransformers (lab.runtime.hf.switch), which adds experts.
+stacks' mapping is shared with SwitchTransformers (lab.hf.switch), which adds experts.
 
 The output projection: T5 scales the decoder output by d_model^-0.5 before it (lab's model.output_scale) unless
 config.json says scale_decoder_outputs=false (transformers 5; older configs, and transformers 4, say it with
@@ -17,7 +17,7 @@ log = logging.getLogger("lab")
 
 LAYOUT = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu, gelu or gelu_erf FFN, no "
           "biases, shared unscaled tied embeddings, output_scale either way, no MoE")
-OUTPUT_SCALE = True  # lab.runtime.hf.lab_only: T5 computes model.output_scale
+OUTPUT_SCALE = True  # lab.hf.lab_only: T5 computes model.output_scale
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> T5's feed_forward_proj
 
 
@@ -134,7 +134,7 @@ def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:
 def arch(config: dict, state: dict, name: str, tok) -> dict:
     """T5ForConditionalGeneration's config.json -> EncoderDecoder's arguments (T5 v1.0's ReLU, or a GELU; the gated
     FFNs of T5 v1.1 and Flan-T5 are refused)."""
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
+    from lab.hf.importing import setting  # noqa: PLC0415
 
     act = setting(config, "feed_forward_proj", tuple(ACTIVATION.values()), "relu")
     return {**backbone_arch(config, state, scales_output(config)), "ffn": {v: k for k, v in ACTIVATION.items()}[act]}

@@ -1,9 +1,9 @@
 """lab GPT in the Llama layout without biases -> transformers' MistralForCausalLM: Llama's tensors under Llama's
-names (lab.runtime.hf.llama's mapping), grouped-query attention, no biases. Export writes the Llama class (the
+names (lab.hf.llama's mapping), grouped-query attention, no biases. Export writes the Llama class (the
 first family that fits); this one reads Mistral's checkpoints."""
 from __future__ import annotations
 
-from lab.runtime.hf import llama
+from lab.hf import llama
 
 LAYOUT = "the Llama layout without biases"
 

@@ -1,10 +1,10 @@
 """lab GPT with RMSNorm, rotary positions, QK-norm and a non-gated FFN (gpt_*_fast's ReLU²) -> transformers'
-ApertusForCausalLM: Llama's attention under Llama's names (lab.runtime.hf.llama's mapping, grouped-query attention,
+ApertusForCausalLM: Llama's attention under Llama's names (lab.hf.llama's mapping, grouped-query attention,
 model.head_dim), Qwen3's q_norm / k_norm (RMSNorm over head_dim before rotary, epsilon rms_norm_eps =
 model.norm_eps), the MLP down_proj(act(up_proj(x))), no biases."""
 from __future__ import annotations
 
-from lab.runtime.hf import llama, qwen3
+from lab.hf import llama, qwen3
 
 LAYOUT = "pre-norm rmsnorm, rotary positions, model.qk_norm, a relu_squared / relu / gelu / gelu_erf FFN, no biases"
 QK_NORM = True  # every Apertus layer has q_norm / k_norm

@@ -131,7 +131,7 @@ def load_state(model: torch.nn.Module, convert, state: dict[str, torch.Tensor], 
 
 def load(path: str | Path) -> Imported:
     """A Hugging Face model directory -> lab's model (eval mode, float32) and tokenizer."""
-    from lab.runtime.hf import IMPORTS, _builders  # noqa: PLC0415
+    from lab.hf.exporting import IMPORTS, _builders  # noqa: PLC0415
 
     p, config = read_dir(path)
     name = (config.get("architectures") or ["?"])[0]
@@ -207,7 +207,7 @@ def init_from(model, path: str, meta: dict) -> None:
     settings must be the directory's (else one error with the overrides to type) and so must the data's tokenizer;
     a classifier takes the encoder (and BERT's pooler when pooling=bert) and keeps its new head for the data's
     labels. Said in one line: what was loaded, what starts from init."""
-    from lab.runtime.hf import as_typed  # noqa: PLC0415
+    from lab.hf.exporting import as_typed  # noqa: PLC0415
 
     imported = load(path)
     wanted = {"GPT": ("GPT",), "EncoderDecoder": ("EncoderDecoder",), "EncoderClassifier": ("MaskedLM", "EncoderClassifier")}
