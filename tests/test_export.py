@@ -392,3 +392,38 @@ def test_an_moe_refusal_names_the_mixtral_settings():
     with pytest.raises(LabError, match="nearest: MixtralForCausalLM") as e:
         export(_model(tok.vocab_size, **GPT2_LAYOUT, moe={"num_experts": 4, "top_k": 2}), tok, {}, None)
     assert "model.positions=rotary" in str(e.value) and "model.moe.capacity_factor_eval=null" in str(e.value)
+
+
+def test_the_registry_has_one_entry_per_class_and_each_model_class_one_kind():
+    """One entry per transformers class; a family named by exported_as is of the same kind; kind_of is the
+    model's class (lab.hf.registry.MODELS), and a model of no kind is one error."""
+    from lab.errors import LabError
+    from lab.hf.registry import FAMILIES, MODELS, family_named, kind_of
+
+    names = [f.hf_class for f in FAMILIES]
+    assert len(names) == len(set(names)) and {f.kind for f in FAMILIES} == set(MODELS)
+    assert all(family_named(f.exported_as).kind == f.kind for f in FAMILIES if f.exported_as)
+    assert kind_of(_model(11, **GPT2_LAYOUT)) == "lm"
+    tiny = dict(d_model=8, n_layers=1, n_heads=2, max_seq_len=8)
+    assert kind_of(EncoderDecoder(11, pad_id=0, bos_id=1, eos_id=2, **tiny)) == "seq2seq"
+    assert kind_of(MaskedLM(11, pad_id=0, mask_id=1, **tiny)) == "mlm"
+    assert kind_of(EncoderClassifier(11, pad_id=0, num_labels=2, **tiny)) == "encoder"
+    with pytest.raises(LabError, match=r"lab.export does not know this model \(Linear\)"):
+        kind_of(torch.nn.Linear(2, 2))
+
+
+def test_two_families_that_reproduce_one_model_need_exported_as():
+    """The registry's order never picks the class: two families that both fit are a bug unless one says which
+    class it is exported as (Mistral's layout is exported as Llama)."""
+    from lab.hf.exporting import pick_family
+    from lab.hf.llama import Llama
+    from lab.hf.mistral import Mistral
+
+    model = _model(11, **LLAMA_LAYOUT)
+    assert pick_family(model, (Mistral(), Llama())).hf_class == "LlamaForCausalLM"
+
+    class Twin(Llama):
+        hf_class = "TwinForCausalLM"
+
+    with pytest.raises(RuntimeError, match="TwinForCausalLM, LlamaForCausalLM all reproduce this model"):
+        pick_family(model, (Twin(), Llama()))

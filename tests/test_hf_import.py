@@ -210,9 +210,9 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         imported = _compare(out, (ids,), hf)
     assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
     if name.startswith("mistral"):  # export picks the Llama class for this layout: Mistral's mapping back, here
-        from lab.hf import mistral
+        from lab.hf.mistral import Mistral
 
-        config, back = mistral.convert(imported.model, {})
+        config, back = Mistral().to_hf(imported.model, {})
         assert config["num_key_value_heads"] == 2 and back.keys() == hf.state_dict().keys()
         assert [k for k, v in back.items() if not torch.equal(v, hf.state_dict()[k])] == []
     if name == "llama3-rope-scaling":  # Llama 3.1's released config.json form: rope_theta + rope_scaling

@@ -225,13 +225,14 @@ def test_zero_init_projections_start_every_block_as_the_identity():
 
 
 def test_the_new_options_are_refused_by_export_with_their_names():
-    from lab.hf.exporting import LM_FAMILIES, pick_family
+    from lab.hf.exporting import pick_family
+    from lab.hf.registry import families
 
     # QK-norm is kept (Apertus computes it), the soft-cap is named
     with pytest.raises(LabError, match=r"nearest: ApertusForCausalLM, which needs model.positions=rotary model.norm=rmsnorm "
                                        r"model.bias=false model.logit_softcap=null\. "):
-        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), LM_FAMILIES)
-    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), LM_FAMILIES)[0] == "GPT2LMHeadModel"
+        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), families("lm"))
+    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), families("lm")).hf_class == "GPT2LMHeadModel"
 
 
 # ---- FSDP2 ----------------------------------------------------------------------------------------------------

@@ -1,13 +1,7 @@
-"""lab models in and out of the Hugging Face format. Export: model.safetensors + config.json
-(+ generation_config.json) + tokenizer files, loadable with `transformers` and no lab installed. Import
-(lab.hf.importing): such a directory into lab's model and tokenizer, through the same mappings.
-
-One module per target family: each has `check(model) -> list[str]` (the fields that keep the model from being
-reproduced exactly; empty when it can be), `convert(model, meta) -> (config dict, state dict)` (a pure
-rearrangement of the weights, which import runs backwards) and `arch(config, state, name, tok)` (config.json ->
-lab's model arguments). The first family whose check passes is used; when none does, one error names the fields
-and the nearest layout.
-"""
+"""lab models into the Hugging Face format: model.safetensors + config.json (+ generation_config.json) +
+tokenizer files, loadable with `transformers` and no lab installed, through the family (lab.hf.registry) that
+reproduces the model exactly; when none does, one error names the fields and the nearest layout. Import
+(lab.hf.importing) reads such a directory back through the same mappings."""
 from __future__ import annotations
 
 import json
@@ -20,45 +14,12 @@ import torch
 
 from lab.checkpoints.reading import trained_length as from_config
 from lab.errors import LabError
-from lab.hf import apertus, bert, gpt2, llama, marian, mistral, mixtral, pegasus, qwen3, switch, t5, tokenizer
+from lab.hf import tokenizer
+from lab.hf.family import Family, Kind
+from lab.hf.registry import families, kind_of
+from lab.models.gpt import GPT
 
 log = logging.getLogger("lab")
-
-# (class name, module), tried in order, per kind of lab model.
-LM_FAMILIES = (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama), ("MixtralForCausalLM", mixtral),
-               ("MistralForCausalLM", mistral),  # after Llama: exports of its layout are LlamaForCausalLM
-               ("Qwen3ForCausalLM", qwen3),  # the Llama layout + model.qk_norm
-               ("ApertusForCausalLM", apertus))  # gpt_*_fast's: QK-norm and a non-gated FFN (ReLU²)
-SEQ2SEQ_FAMILIES = (("MarianMTModel", marian), ("PegasusForConditionalGeneration", pegasus),
-                    ("T5ForConditionalGeneration", t5),  # relative position bias, RMSNorm, no biases
-                    ("SwitchTransformersForConditionalGeneration", switch))  # T5's layout + Switch experts
-MLM_FAMILIES = (("BertForMaskedLM", bert),)
-CLASSIFIER_FAMILIES = (("BertForSequenceClassification", bert),)
-
-
-AUTO_CLASSES = {"GPT2LMHeadModel": "AutoModelForCausalLM", "LlamaForCausalLM": "AutoModelForCausalLM",
-                "MixtralForCausalLM": "AutoModelForCausalLM", "MistralForCausalLM": "AutoModelForCausalLM",
-                "Qwen3ForCausalLM": "AutoModelForCausalLM", "ApertusForCausalLM": "AutoModelForCausalLM",
-                "MarianMTModel": "AutoModelForSeq2SeqLM",
-                "PegasusForConditionalGeneration": "AutoModelForSeq2SeqLM",
-                "T5ForConditionalGeneration": "AutoModelForSeq2SeqLM",
-                "SwitchTransformersForConditionalGeneration": "AutoModelForSeq2SeqLM",
-                "BertForMaskedLM": "AutoModelForMaskedLM", "BertForSequenceClassification": "AutoModelForSequenceClassification"}
-
-
-def _builders():
-    from lab.models.encoder import EncoderClassifier, MaskedLM  # noqa: PLC0415
-    from lab.models.gpt import GPT  # noqa: PLC0415
-    from lab.models.seq2seq import EncoderDecoder  # noqa: PLC0415
-
-    return {"lm": lambda kw: GPT(**kw), "seq2seq": lambda kw: EncoderDecoder(**kw), "mlm": lambda kw: MaskedLM(**kw),
-            "encoder": lambda kw: EncoderClassifier(**kw)}
-
-
-# Hugging Face class -> (family module, kind of lab model): what lab.hf.importing.load reads
-IMPORTS = {name: (family, kind) for kind, families in
-           (("lm", LM_FAMILIES), ("seq2seq", SEQ2SEQ_FAMILIES), ("mlm", MLM_FAMILIES), ("encoder", CLASSIFIER_FAMILIES))
-           for name, family in families}
 
 
 @dataclass
@@ -79,22 +40,32 @@ def as_typed(override: str, model_keys) -> str:
     return "+" + override if model_keys is not None and "=" in override and key not in model_keys else override
 
 
-def lab_only(model, family) -> list[str]:
+def lab_only(model, family: Family) -> list[str]:
     """Options of lab's that no exported family computes (every family needs them off), and qk_norm and
-    output_scale, which only a family with QK_NORM / OUTPUT_SCALE computes."""
-    missing = ["model.qk_norm=false"] if model.cfg.qk_norm and not getattr(family, "QK_NORM", False) else []
-    if model.cfg.output_scale and not getattr(family, "OUTPUT_SCALE", False):
+    output_scale, which only a family that says it computes them (Family.computes) does."""
+    missing = ["model.qk_norm=false"] if model.cfg.qk_norm and "qk_norm" not in family.computes else []
+    if model.cfg.output_scale and "output_scale" not in family.computes:
         missing.append("model.output_scale=false")
-    return missing + (["model.logit_softcap=null"] if getattr(model, "softcap", None) is not None else [])
+    softcap = isinstance(model, GPT) and model.softcap is not None
+    return missing + (["model.logit_softcap=null"] if softcap else [])
 
 
-def pick_family(model, families, model_keys=None):
-    problems = {}
-    for name, family in families:
+def pick_family(model, candidates: tuple[Family, ...], model_keys=None) -> Family:
+    """The family that reproduces the model exactly (of two, the one the other is exported as), else one
+    LabError naming the nearest layout's missing settings (ties: the first in the registry's order)."""
+    problems, fit = {}, []
+    for family in candidates:
         missing = family.check(model) + lab_only(model, family)
         if not missing:
-            return name, family
-        problems[name] = [as_typed(m, model_keys) for m in missing]
+            fit.append(family)
+        problems[family.hf_class] = [as_typed(m, model_keys) for m in missing]
+    names = {f.hf_class for f in fit}
+    fit = [f for f in fit if f.exported_as not in names]
+    if len(fit) > 1:
+        raise RuntimeError(f"{', '.join(f.hf_class for f in fit)} all reproduce this model: declare which one "
+                           "exports it (Family.exported_as)")
+    if fit:
+        return fit[0]
     # adding or removing the mixture of experts or QK-norm is a bigger change than all the settings of a layout together
     big = ("model.moe=null", "model.moe (", "model.qk_norm=", "+model.qk_norm=")
     distance = lambda n: sum(10 if m.startswith(big) else 1 for m in problems[n])  # noqa: E731
@@ -102,34 +73,18 @@ def pick_family(model, families, model_keys=None):
     raise LabError(
         f"no Hugging Face class reproduces this model exactly; nearest: {nearest}, which needs "
         + " ".join(problems[nearest])
-        + ". Supported layouts: " + "; ".join(f"{n}: {f.LAYOUT}" for n, f in families)
+        + ". Supported layouts: " + "; ".join(f"{f.hf_class}: {f.layout}" for f in candidates)
     )
 
 
-def kind_of(model) -> str:
-    """lm | seq2seq | mlm | encoder (the classifier): which families, specials and tokenizer rules apply."""
-    if hasattr(model, "encode") and hasattr(model, "bos_id"):
-        return "seq2seq"
-    if hasattr(model, "lm_head") and hasattr(model, "new_caches"):
-        return "lm"
-    if hasattr(model, "mlm_head"):
-        return "mlm"
-    if hasattr(model, "classifier"):
-        return "encoder"
-    raise LabError(f"lab.export does not know this model ({type(model).__name__})")
-
-
-FAMILIES = {"lm": LM_FAMILIES, "seq2seq": SEQ2SEQ_FAMILIES, "mlm": MLM_FAMILIES, "encoder": CLASSIFIER_FAMILIES}
-
-
-def special_token_ids(model, tok, kind: str) -> dict[str, int | None]:
+def special_token_ids(model, tok, kind: Kind) -> dict[str, int | None]:
     if kind == "seq2seq":
         return {"pad": model.pad_id, "bos": model.bos_id, "eos": model.eos_id}
     if kind == "lm":
         eos = tokenizer.special_ids(tok)["eos"]
         return {"pad": eos, "bos": eos, "eos": eos}
     ids = {k: tok.token_id(t) for k, t in (("cls", "[CLS]"), ("sep", "[SEP]"), ("unk", "[UNK]"))}
-    return {"pad": model.encoder.pad_id, "mask": getattr(model, "mask_id", None), **ids}
+    return {"pad": model.encoder.pad_id, "mask": model.mask_id if kind == "mlm" else None, **ids}
 
 
 def trained_length(model, meta: dict) -> int:
@@ -143,9 +98,9 @@ def export(model, tok, meta: dict, out_dir: Path) -> Exported:
     kind = kind_of(model)
     ids = special_token_ids(model, tok, kind)
     model_keys = set((meta.get("config") or {}).get("model") or {}) or None
-    name, family = pick_family(model, FAMILIES[kind], model_keys)
-    config, state = family.convert(model, meta)
-    config.update({"architectures": [name], "torch_dtype": "float32", "vocab_size": tok.vocab_size,
+    family = pick_family(model, families(kind), model_keys)
+    config, state = family.to_hf(model, meta)
+    config.update({"architectures": [family.hf_class], "torch_dtype": "float32", "vocab_size": tok.vocab_size,
                    **{f"{k}_token_id": ids[k] for k in ("bos", "eos", "pad") if ids.get(k) is not None}})
     out_dir.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file  # noqa: PLC0415 - the export extra
@@ -164,4 +119,4 @@ def export(model, tok, meta: dict, out_dir: Path) -> Exported:
         (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         files.append("generation_config.json")
     files += tokenizer.write(tok, out_dir, kind, length, ids)
-    return Exported(name, AUTO_CLASSES[name], files)
+    return Exported(family.hf_class, family.auto_class, files)

@@ -3,19 +3,10 @@ from __future__ import annotations
 
 import torch
 
-LAYOUT = "pre-norm layernorm, learned positions, gelu FFN, no MoE, unscaled embeddings"
-
-
-def check(model) -> list[str]:
-    cfg = model.cfg
-    wanted = {"positions": "learned", "norm": "layernorm", "norm_placement": "pre", "scale_embeddings": False, "moe": None,
-              "n_kv_heads": cfg.n_heads,  # one key/value head per query head: GPT-2 has no grouped-query attention
-              "head_dim": cfg.d_model // cfg.n_heads}  # heads d_model / n_heads wide (no head_dim setting)
-    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
-    return missing + ([] if cfg.ffn in ACTIVATION else ["model.ffn=gelu"])
-
+from lab.hf.family import Family, bias_of, has_bias, mismatches, setting
 
 ACTIVATION = {"gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> GPT-2's activation_function (tanh / exact)
+BIASES = ("ln_1", "ln_2", "c_attn", "c_proj", "c_fc", "ln_f")  # the layers lab's model.bias switches
 
 
 def _t(linear) -> torch.Tensor:
@@ -23,25 +14,49 @@ def _t(linear) -> torch.Tensor:
     return linear.weight.t()
 
 
-def _bias(module, n: int) -> torch.Tensor:
-    """A missing bias (model.bias=false) is an exact zero bias in GPT-2's always-biased layers."""
-    return module.bias if getattr(module, "bias", None) is not None else torch.zeros(n)
+class GPT2(Family):
+    hf_class, auto_class, kind = "GPT2LMHeadModel", "AutoModelForCausalLM", "lm"
+    layout = "pre-norm layernorm, learned positions, gelu FFN, no MoE, unscaled embeddings"
+
+    def check(self, model) -> list[str]:
+        cfg = model.cfg
+        missing = mismatches(cfg, {
+            "positions": "learned", "norm": "layernorm", "norm_placement": "pre", "scale_embeddings": False, "moe": None,
+            "n_kv_heads": cfg.n_heads,  # one key/value head per query head: GPT-2 has no grouped-query attention
+            "head_dim": cfg.d_model // cfg.n_heads})  # heads d_model / n_heads wide (no head_dim setting)
+        return missing + ([] if cfg.ffn in ACTIVATION else ["model.ffn=gelu"])
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        return to_hf(model)
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """GPT2LMHeadModel's config.json -> lab.models.gpt.GPT's arguments (the inverse of to_hf's config)."""
+        act = setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu_new")
+        setting(config, "scale_attn_by_inverse_layer_idx", (False,), False)
+        D = config["n_embd"]
+        return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["n_layer"], "n_heads": config["n_head"],
+                "d_ff": config.get("n_inner") or 4 * D, "max_seq_len": config["n_positions"],
+                "dropout": float(config.get("resid_pdrop", 0.0)), "positions": "learned", "norm": "layernorm",
+                "norm_placement": "pre", "ffn": "gelu_erf" if act == "gelu" else "gelu", "scale_embeddings": False,
+                "norm_eps": float(config.get("layer_norm_epsilon", 1e-5)),
+                "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+                "bias": has_bias(state, lambda k: k.endswith(".bias") and k.split(".")[-2] in BIASES)}
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
+def to_hf(model) -> tuple[dict, dict]:
     cfg = model.cfg
     D = cfg.d_model
     s = {"transformer.wte.weight": model.embed.tokens.weight, "transformer.wpe.weight": model.embed.positions.weight}
     for i, block in enumerate(model.decoder.layers):
         p = f"transformer.h.{i}."
-        s[p + "ln_1.weight"], s[p + "ln_1.bias"] = block.norm_attn.weight, _bias(block.norm_attn, D)
+        s[p + "ln_1.weight"], s[p + "ln_1.bias"] = block.norm_attn.weight, bias_of(block.norm_attn, D)
         s[p + "attn.c_attn.weight"] = _t(block.self_attn.qkv_proj)  # q, k, v blocks of D rows each, as GPT-2 splits
-        s[p + "attn.c_attn.bias"] = _bias(block.self_attn.qkv_proj, 3 * D)
-        s[p + "attn.c_proj.weight"], s[p + "attn.c_proj.bias"] = _t(block.self_attn.out_proj), _bias(block.self_attn.out_proj, D)
-        s[p + "ln_2.weight"], s[p + "ln_2.bias"] = block.norm_ffn.weight, _bias(block.norm_ffn, D)
-        s[p + "mlp.c_fc.weight"], s[p + "mlp.c_fc.bias"] = _t(block.ffn.up), _bias(block.ffn.up, cfg.d_ff)
-        s[p + "mlp.c_proj.weight"], s[p + "mlp.c_proj.bias"] = _t(block.ffn.down), _bias(block.ffn.down, D)
-    s["transformer.ln_f.weight"], s["transformer.ln_f.bias"] = model.decoder.final_norm.weight, _bias(model.decoder.final_norm, D)
+        s[p + "attn.c_attn.bias"] = bias_of(block.self_attn.qkv_proj, 3 * D)
+        s[p + "attn.c_proj.weight"], s[p + "attn.c_proj.bias"] = _t(block.self_attn.out_proj), bias_of(block.self_attn.out_proj, D)
+        s[p + "ln_2.weight"], s[p + "ln_2.bias"] = block.norm_ffn.weight, bias_of(block.norm_ffn, D)
+        s[p + "mlp.c_fc.weight"], s[p + "mlp.c_fc.bias"] = _t(block.ffn.up), bias_of(block.ffn.up, cfg.d_ff)
+        s[p + "mlp.c_proj.weight"], s[p + "mlp.c_proj.bias"] = _t(block.ffn.down), bias_of(block.ffn.down, D)
+    s["transformer.ln_f.weight"], s["transformer.ln_f.bias"] = model.decoder.final_norm.weight, bias_of(model.decoder.final_norm, D)
     s["lm_head.weight"] = model.lm_head.weight
     config = {
         "model_type": "gpt2", "n_embd": D, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": cfg.d_ff,
@@ -51,22 +66,3 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
         "scale_attn_weights": True, "tie_word_embeddings": bool(cfg.tie_embeddings), "use_cache": True,
     }
     return config, s
-
-
-BIASES = ("ln_1", "ln_2", "c_attn", "c_proj", "c_fc", "ln_f")  # the layers lab's model.bias switches
-
-
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """GPT2LMHeadModel's config.json -> lab.models.gpt.GPT's arguments (the inverse of convert's config)."""
-    from lab.hf.importing import has_bias, setting  # noqa: PLC0415
-
-    act = setting(config, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu_new")
-    setting(config, "scale_attn_by_inverse_layer_idx", (False,), False)
-    D = config["n_embd"]
-    return {"vocab_size": config["vocab_size"], "d_model": D, "n_layers": config["n_layer"], "n_heads": config["n_head"],
-            "d_ff": config.get("n_inner") or 4 * D, "max_seq_len": config["n_positions"],
-            "dropout": float(config.get("resid_pdrop", 0.0)), "positions": "learned", "norm": "layernorm",
-            "norm_placement": "pre", "ffn": "gelu_erf" if act == "gelu" else "gelu", "scale_embeddings": False,
-            "norm_eps": float(config.get("layer_norm_epsilon", 1e-5)),
-            "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
-            "bias": has_bias(state, lambda k: k.endswith(".bias") and k.split(".")[-2] in BIASES)}

@@ -2,31 +2,48 @@
 from __future__ import annotations
 
 from lab.hf import llama
-
-LAYOUT = ("the Llama layout + model.moe in every layer (softmax token-choice top-k, renormalised gates, dropless "
-          "at inference, no shared experts, no selection bias), no biases")
-
-
-def check(model) -> list[str]:
-    cfg = model.cfg
-    if cfg.moe is None:
-        return ["model.moe (a mixture of experts in every layer)"]
-    missing = [m for m in llama.check(model) if not m.startswith("model.moe")]
-    if cfg.bias:
-        missing.append("model.bias=false")
-    layers = [b.ffn for b in model.decoder.layers]
-    if not all(hasattr(f, "router") for f in layers):
-        return [*missing, "model.moe.every_n=1"]
-    moe = layers[0].moe
-    wanted = {"router": "token_choice", "gate": "softmax", "capacity_factor_eval": None, "num_shared": 0,
-              "bias_update_rate": 0.0}
-    missing += [f"model.moe.{k}={'null' if v is None else v}" for k, v in wanted.items() if getattr(moe, k) != v]
-    if not layers[0].renormalize:
-        missing.append("model.moe.renormalize=true")  # Mixtral always renormalises the chosen gates
-    return missing
+from lab.hf.family import setting
+from lab.nn.moe import MixtureOfExperts
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
+class Mixtral(llama.Llama):
+    hf_class = "MixtralForCausalLM"
+    layout = ("the Llama layout + model.moe in every layer (softmax token-choice top-k, renormalised gates, dropless "
+              "at inference, no shared experts, no selection bias), no biases")
+
+    def check(self, model) -> list[str]:
+        cfg = model.cfg
+        if cfg.moe is None:
+            return ["model.moe (a mixture of experts in every layer)"]
+        missing = [m for m in super().check(model) if not m.startswith("model.moe")]
+        if cfg.bias:
+            missing.append("model.bias=false")
+        layers = [b.ffn for b in model.decoder.layers]
+        if not all(isinstance(f, MixtureOfExperts) for f in layers):
+            return [*missing, "model.moe.every_n=1"]
+        moe = vars(layers[0].moe)
+        wanted = {"router": "token_choice", "gate": "softmax", "capacity_factor_eval": None, "num_shared": 0,
+                  "bias_update_rate": 0.0}
+        missing += [f"model.moe.{k}={'null' if v is None else v}" for k, v in wanted.items() if moe[k] != v]
+        if not layers[0].renormalize:
+            missing.append("model.moe.renormalize=true")  # Mixtral always renormalises the chosen gates
+        return missing
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        return to_hf(model)
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """MixtralForCausalLM's config.json -> lab.models.gpt.GPT's arguments: the Llama backbone, a dropless
+        softmax top-k mixture of experts with renormalised gates in every layer."""
+        setting(config, "router_jitter_noise", (0.0, 0), 0.0)
+        moe = {"num_experts": config["num_local_experts"], "top_k": config["num_experts_per_tok"],
+               "expert_hidden": config["intermediate_size"], "renormalize": True, "capacity_factor": None,
+               "capacity_factor_eval": None, "load_balance_weight": float(config.get("router_aux_loss_coef", 0.01)),
+               "gate": "softmax", "router": "token_choice", "num_shared": 0, "bias_update_rate": 0.0, "every_n": 1}
+        return {**llama.backbone_arch(config), "bias": False, "moe": moe}
+
+
+def to_hf(model) -> tuple[dict, dict]:
     s = llama.backbone(model)
     for i, block in enumerate(model.decoder.layers):
         p, moe = f"model.layers.{i}.block_sparse_moe.", block.ffn
@@ -44,16 +61,3 @@ def convert(model, meta: dict) -> tuple[dict, dict]:
               "router_aux_loss_coef": moe.moe.load_balance_weight, "router_jitter_noise": 0.0, "sliding_window": None}
     del config["attention_bias"]
     return config, s
-
-
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """MixtralForCausalLM's config.json -> lab.models.gpt.GPT's arguments: the Llama backbone, a dropless
-    softmax top-k mixture of experts with renormalised gates in every layer."""
-    from lab.hf.importing import setting  # noqa: PLC0415
-
-    setting(config, "router_jitter_noise", (0.0, 0), 0.0)
-    moe = {"num_experts": config["num_local_experts"], "top_k": config["num_experts_per_tok"],
-           "expert_hidden": config["intermediate_size"], "renormalize": True, "capacity_factor": None,
-           "capacity_factor_eval": None, "load_balance_weight": float(config.get("router_aux_loss_coef", 0.01)),
-           "gate": "softmax", "router": "token_choice", "num_shared": 0, "bias_update_rate": 0.0, "every_n": 1}
-    return {**llama.backbone_arch(config), "bias": False, "moe": moe}
