@@ -45,7 +45,7 @@ class ClassificationTask(Task):
         self.mistakes: list[list] = []
 
     def setup(self, stage: str) -> None:
-        path = getattr(self.model, "init_from", None)
+        path = self.model.init_from
         if is_hf_dir(str(path or "")):  # a Hugging Face BERT: Task.setup
             return super().setup(stage)
         if stage == "fit" and path and not self.trainer.ckpt_path:
