@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import lab.train  # noqa: F401 - registers what the entry point registers (resolvers, structured configs)
-from lab.runtime.checkpoints.reading import load_model
+from lab.checkpoints.reading import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = {  # one seeded run per task (and the MoE and fast-recipe paths)

@@ -23,7 +23,7 @@ def sources(args) -> tuple[torch.nn.Module, list[torch.Tensor], str]:
         from hydra.utils import instantiate
         from omegaconf import OmegaConf
 
-        from lab.runtime.checkpoints.reading import load_model
+        from lab.checkpoints.reading import load_model
 
         model, _, meta = load_model(args.ckpt)
         dm = instantiate(OmegaConf.create(meta["config"]).data)

@@ -26,10 +26,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 
+from lab.checkpoints.reading import load_model, resolve_checkpoint, trained_length
 from lab.data.classification import MovieReviews, load_split
 from lab.data.sources.text import normalize_sentence
-from lab.runtime.checkpoints.reading import load_model, resolve_checkpoint
-from lab.runtime.inference.predict import classify, trained_length
+from lab.runtime.inference.predict import classify
 
 
 def encoder_accuracy(run: str, texts: list[str], labels: list[str], split_seed: int) -> float:

@@ -13,8 +13,8 @@ def main(argv: list[str] | None = None) -> None:
     """python -m lab.checkpoint consolidate | average: one file from an FSDP checkpoint, or the mean of checkpoints."""
     import torch  # noqa: PLC0415
 
-    from lab.runtime.checkpoints.averaging import average_checkpoints, last_checkpoints  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import is_sharded_checkpoint, read_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.averaging import average_checkpoints, last_checkpoints  # noqa: PLC0415
+    from lab.checkpoints.reading import is_sharded_checkpoint, read_checkpoint  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m lab.checkpoint", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

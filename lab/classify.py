@@ -15,10 +15,10 @@ from lab.runtime.inference.inputs import take_text_arguments, taken
 @hydra.main(config_path="../conf", config_name="classify", version_base="1.3")
 @user_errors_exit
 def run(cfg: DictConfig) -> None:
+    from lab.checkpoints.reading import load_model, trained_length  # noqa: PLC0415
     from lab.data.sources.text import normalize_sentence  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
     from lab.runtime.inference.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
-    from lab.runtime.inference.predict import check_settings, checkpoint_for, classify, pick_device, trained_length  # noqa: PLC0415
+    from lab.runtime.inference.predict import check_settings, checkpoint_for, classify, pick_device  # noqa: PLC0415
 
     settings = check_settings(cfg, "batch_size")
     device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work

@@ -16,7 +16,7 @@ from lab.runtime.cli.help import exit_with_help
 def main(cfg: DictConfig) -> None:
     from omegaconf import open_dict  # noqa: PLC0415
 
-    from lab.runtime.checkpoints.reading import resolve_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import resolve_checkpoint  # noqa: PLC0415
     from lab.runtime.inference.evaluation import evaluate  # noqa: PLC0415
 
     quiet_warnings()
@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> None:
 def compared_to(value: str) -> str:
     """compare_to, checked before the evaluation runs: a run directory -> its checkpoint (as for ckpt_path); a
     checkpoint or a file of hypotheses must exist."""
-    from lab.runtime.checkpoints.reading import is_sharded_checkpoint, resolve_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import is_sharded_checkpoint, resolve_checkpoint  # noqa: PLC0415
 
     path = Path(value).expanduser()
     give = "give a run directory, a checkpoint (.ckpt) or a file with one hypothesis per line in the test split's order"

@@ -13,9 +13,9 @@ from lab.runtime.cli.errors import user_errors_exit
 @hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
+    from lab.checkpoints.reading import load_model, resolve_checkpoint  # noqa: PLC0415
     from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import load_model, resolve_checkpoint  # noqa: PLC0415
-    from lab.runtime.hf import export  # noqa: PLC0415
+    from lab.hf.exporting import export  # noqa: PLC0415
 
     # what the conversion drops or changes is said in lab's log lines; inference configs switch Hydra's logging off
     said = logging.getLogger("lab")

@@ -16,10 +16,10 @@ from lab.runtime.inference.inputs import take_text_arguments, taken
 @hydra.main(config_path="../conf", config_name="fill_mask", version_base="1.3")
 @user_errors_exit
 def run(cfg: DictConfig) -> None:
+    from lab.checkpoints.reading import load_model, trained_length  # noqa: PLC0415
     from lab.data.sources.text import normalize_sentence  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
     from lab.runtime.inference.inputs import progress, read_texts, say_blank, warn, write_lines  # noqa: PLC0415
-    from lab.runtime.inference.predict import MASK, checkpoint_for, fill_mask, pick_device, trained_length  # noqa: PLC0415
+    from lab.runtime.inference.predict import MASK, checkpoint_for, fill_mask, pick_device  # noqa: PLC0415
 
     device = pick_device(cfg.device)  # device=cuda without CUDA: one error line before any work
     path, meta = checkpoint_for("lab.fill_mask", str(cfg.ckpt_path))

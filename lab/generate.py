@@ -24,8 +24,8 @@ from lab.runtime.inference.inputs import take_text_arguments, taken
 def run(cfg: DictConfig) -> None:
     import torch  # noqa: PLC0415
 
+    from lab.checkpoints.reading import load_model, trained_length  # noqa: PLC0415
     from lab.models.decoding import generate  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
     from lab.runtime.inference.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
     from lab.runtime.inference.predict import (  # noqa: PLC0415
         TokenStream,
@@ -33,7 +33,6 @@ def run(cfg: DictConfig) -> None:
         checkpoint_for,
         encode_prompt,
         pick_device,
-        trained_length,
     )
 
     s = check_settings(cfg, "temperature", "top_k", "top_p", "max_new_tokens", "num_samples")

@@ -20,14 +20,13 @@ from lab.runtime.inference.inputs import take_text_arguments, taken
 @hydra.main(config_path="../conf", config_name="translate", version_base="1.3")
 @user_errors_exit
 def run(cfg: DictConfig) -> None:
+    from lab.checkpoints.reading import load_model, trained_length  # noqa: PLC0415
     from lab.data.sources.text import normalize_sentence  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import load_model  # noqa: PLC0415
     from lab.runtime.inference.inputs import check_output_file, progress, read_texts, say_blank, write_lines  # noqa: PLC0415
     from lab.runtime.inference.predict import (  # noqa: PLC0415
         check_settings,
         checkpoint_for,
         pick_device,
-        trained_length,
         translate_lines,
     )
 

@@ -122,14 +122,14 @@ MUTANTS = [
     ("resume forgets the dropout random state", "lab/tasks/base.py",
      "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
      [RESUME_CLS]),
-    # BERT layout and the Hugging Face export (lab/nn, lab/models, lab/runtime/hf)
+    # BERT layout and the Hugging Face export (lab/nn, lab/models, lab/hf)
     ("embed_norm is ignored", "lab/nn/blocks.py",
      "if cfg.embed_norm else None", "if False else None",
      ["tests/hf/test_against_hf_export.py::test_embed_norm_normalises_what_the_first_block_sees"]),
     ("BERT pooler without its tanh", "lab/models/encoder.py",
      "return torch.tanh(self.dense(h[:, 0]))", "return self.dense(h[:, 0])",
      ["tests/hf/test_against_hf_export.py::test_bert_logits_equal_lab_with_padding[classifier]"]),
-    ("Llama export keeps lab's interleaved rotary pairs", "lab/runtime/hf/llama.py",
+    ("Llama export keeps lab's interleaved rotary pairs", "lab/hf/llama.py",
      "order = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])", "order = torch.arange(hd)",
      ["tests/hf/test_against_hf_export.py::test_logits_equal_lab_on_random_inputs[llama-bpe]"]),
     # streamed corpora (lab/data): MLM segment packing, held-out rows of a Hugging Face table

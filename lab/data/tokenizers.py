@@ -181,7 +181,7 @@ def hf_tokenizer_key(directory: Path) -> str:
 
 
 def tokenizer_from_hf_dir(path: Path) -> Tok:
-    """A Hugging Face model directory's tokenizer.json as lab's tokenizer (lab.runtime.hf imports it with the
+    """A Hugging Face model directory's tokenizer.json as lab's tokenizer (lab.hf imports it with the
     model): the `tokenizers` object itself (lab adds no specials to a text's ids: the file's post-processor is
     not used), or, for a word-level vocabulary of single characters (lab's own character export), lab's
     character tokenizer."""

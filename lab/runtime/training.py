@@ -12,8 +12,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lab.checkpoints.reading import metadata_for
 from lab.models import build_model
-from lab.runtime.checkpoints.reading import metadata_for
 from lab.runtime.cli.config_checks import check_config
 from lab.runtime.cli.console import phase, single_console
 from lab.runtime.cli.errors import print_config_tree

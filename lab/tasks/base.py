@@ -122,7 +122,7 @@ class Task(L.LightningModule):
         (not when resuming, and never at inference: the trained weights are in this task's own checkpoints)."""
         path = self.model.init_from
         if stage == "fit" and path and not self.trainer.ckpt_path:
-            from lab.runtime.hf.importing import init_from  # noqa: PLC0415
+            from lab.hf.importing import init_from  # noqa: PLC0415
 
             init_from(self.model, str(path), self.lab_metadata)
 

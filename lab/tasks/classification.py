@@ -6,10 +6,10 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Accuracy, ConfusionMatrix, F1Score, MeanMetric, MetricCollection
 
+from lab.checkpoints.reading import read_checkpoint
 from lab.errors import LabError
+from lab.hf.importing import is_hf_dir
 from lab.nn import Aux
-from lab.runtime.checkpoints.reading import read_checkpoint
-from lab.runtime.hf.importing import is_hf_dir
 from lab.tasks.base import Task
 
 IGNORE = -100  # token labels of padding / unlabelled positions

@@ -5,8 +5,8 @@ import pytest
 import torch
 from conftest import run_module
 
+from lab.checkpoints.averaging import average_checkpoints, last_checkpoints
 from lab.errors import LabError
-from lab.runtime.checkpoints.averaging import average_checkpoints, last_checkpoints
 
 
 def _ckpt(path, w: float, step: int, keys=("model.w", "model.b")):

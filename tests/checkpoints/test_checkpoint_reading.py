@@ -206,7 +206,7 @@ def test_the_foreign_targets_truncate_a_file_when_instantiated(tmp_path, case):
 
 
 def test_labs_own_targets_pass_the_check(tmp_path):
-    from lab.runtime.checkpoints.reading import lab_metadata
+    from lab.checkpoints.reading import lab_metadata
 
     ckpt = {"state_dict": {}, "lab": lab_entry(tmp_path)}
     assert lab_metadata(ckpt, "x")["config"]["model"]["_target_"] == "lab.models.gpt.GPT"
@@ -227,15 +227,15 @@ def test_labs_own_targets_pass_the_check(tmp_path):
     ("lab.nope.Thing", False),
 ])
 def test_only_labs_model_task_nn_data_classes_and_optimizers_may_be_built(target, allowed):
-    from lab.runtime.checkpoints.reading import _is_lab_target
+    from lab.checkpoints.reading import _is_lab_target
 
     assert _is_lab_target(target) is allowed
 
 
 def test_a_damaged_file_is_not_mistaken_for_an_executable_one(tmp_path):
     """Both fail torch's weights-only unpickler; only a refused global is "executable objects"."""
+    from lab.checkpoints.reading import read_checkpoint
     from lab.errors import LabError, UnsafeFileError
-    from lab.runtime.checkpoints.reading import read_checkpoint
 
     (tmp_path / "precious").write_text(PRECIOUS)
     damaged = tmp_path / "damaged.ckpt"

@@ -15,9 +15,9 @@ import torch
 from conftest import ROOT, TINY_LM, metric_by_step, read_metrics, run_module
 from lightning.pytorch.demos.boring_classes import BoringModel
 
+from lab.checkpoints import atomic as checkpoint_io
 from lab.errors import LabError
 from lab.runtime.callbacks import RunCheckpoint
-from lab.runtime.checkpoints import atomic as checkpoint_io
 from lab.runtime.rundir import signals
 
 
@@ -168,7 +168,7 @@ def test_atomic_write_leaves_the_previous_file_whole_on_a_full_disk(tmp_path, mo
 
 FULL_DISK_AFTER = """
 import errno, runpy, sys
-import lab.runtime.checkpoints.atomic as c
+import lab.checkpoints.atomic as c
 limit, real_open, calls = int(sys.argv[1]), open, {"n": 0}
 class FullDisk:  # writes half of what it is given, then the disk is full
     def __init__(self, f): self.f = f

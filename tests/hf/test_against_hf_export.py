@@ -14,11 +14,11 @@ from conftest import TINY_LM, run_dirs, run_module, train
 from lab.data.classification import encode_sentence
 from lab.data.tokenizers import CharTokenizer, HFTokenizer
 from lab.errors import LabError
+from lab.hf.exporting import export
 from lab.models.decoding import generate, greedy_translate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,7 +74,7 @@ CASES = {
     # tied; an epsilon (the block norms' and the QK-norm's) and a rotary base far from the defaults
     "qwen3-char-tied-eps-rope": ("Qwen3ForCausalLM", "char", {**LLAMA_LAYOUT, "qk_norm": True, "norm_eps": 0.003,
                                                               "rope_base": 50.0}),
-    # gpt_*_fast's layout (lab.runtime.hf.apertus): QK-norm, a non-gated ReLU² FFN, untied; then the exact GELU,
+    # gpt_*_fast's layout (lab.hf.apertus): QK-norm, a non-gated ReLU² FFN, untied; then the exact GELU,
     # with GQA, head_dim 12 != 32 / 4, an epsilon and a rotary base far from the defaults
     "apertus-bpe-relu2-untied": ("ApertusForCausalLM", "bpe", {**LLAMA_LAYOUT, "qk_norm": True, "ffn": "relu_squared",
                                                                "tie_embeddings": False}),
@@ -356,7 +356,7 @@ def test_cli_exports_a_trained_run_directory(tmp_path):
     files = line.split(": ", 1)[1].split(" (load with")[0].split(", ")
     assert line.startswith("wrote GPT2LMHeadModel") and "AutoModelForCausalLM.from_pretrained(" in line
     assert sorted(files) == sorted(p.name for p in out.iterdir())
-    from lab.runtime.checkpoints.reading import load_model
+    from lab.checkpoints.reading import load_model
 
     model, tok, _ = load_model(best)
     ids = torch.tensor([tok.encode("ROMEO. What say you?")])
@@ -397,10 +397,46 @@ def test_an_moe_refusal_names_the_mixtral_settings():
 
 
 def test_the_new_options_are_refused_by_export_with_their_names():
-    from lab.runtime.hf import LM_FAMILIES, pick_family
+    from lab.hf.exporting import pick_family
+    from lab.hf.registry import families
 
     # QK-norm is kept (Apertus computes it), the soft-cap is named
     with pytest.raises(LabError, match=r"nearest: ApertusForCausalLM, which needs model.positions=rotary model.norm=rmsnorm "
                                        r"model.bias=false model.logit_softcap=null\. "):
-        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), LM_FAMILIES)
-    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), LM_FAMILIES)[0] == "GPT2LMHeadModel"
+        pick_family(GPT(11, **TINY, qk_norm=True, logit_softcap=30.0), families("lm"))
+    assert pick_family(GPT(11, **TINY, zero_init_proj=True, tie_embeddings=False), families("lm")).hf_class == "GPT2LMHeadModel"
+
+
+def test_the_registry_has_one_entry_per_class_and_each_model_class_one_kind():
+    """One entry per transformers class; a family named by exported_as is of the same kind; kind_of is the
+    model's class (lab.hf.registry.MODELS), and a model of no kind is one error."""
+    from lab.errors import LabError
+    from lab.hf.registry import FAMILIES, MODELS, family_named, kind_of
+
+    names = [f.hf_class for f in FAMILIES]
+    assert len(names) == len(set(names)) and {f.kind for f in FAMILIES} == set(MODELS)
+    assert all(family_named(f.exported_as).kind == f.kind for f in FAMILIES if f.exported_as)
+    assert kind_of(_model(11, **GPT2_LAYOUT)) == "lm"
+    tiny = dict(d_model=8, n_layers=1, n_heads=2, max_seq_len=8)
+    assert kind_of(EncoderDecoder(11, pad_id=0, bos_id=1, eos_id=2, **tiny)) == "seq2seq"
+    assert kind_of(MaskedLM(11, pad_id=0, mask_id=1, **tiny)) == "mlm"
+    assert kind_of(EncoderClassifier(11, pad_id=0, num_labels=2, **tiny)) == "encoder"
+    with pytest.raises(LabError, match=r"lab.export does not know this model \(Linear\)"):
+        kind_of(torch.nn.Linear(2, 2))
+
+
+def test_two_families_that_reproduce_one_model_need_exported_as():
+    """The registry's order never picks the class: two families that both fit are a bug unless one says which
+    class it is exported as (Mistral's layout is exported as Llama)."""
+    from lab.hf.exporting import pick_family
+    from lab.hf.llama import Llama
+    from lab.hf.mistral import Mistral
+
+    model = _model(11, **LLAMA_LAYOUT)
+    assert pick_family(model, (Mistral(), Llama())).hf_class == "LlamaForCausalLM"
+
+    class Twin(Llama):
+        hf_class = "TwinForCausalLM"
+
+    with pytest.raises(RuntimeError, match="TwinForCausalLM, LlamaForCausalLM all reproduce this model"):
+        pick_family(model, (Twin(), Llama()))

@@ -22,10 +22,10 @@ from test_against_hf_export import (
 
 from lab.data.tokenizers import HFTokenizer
 from lab.errors import LabError
+from lab.hf.exporting import export
+from lab.hf.importing import load
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.hf import export
-from lab.runtime.hf.importing import load
 
 transformers = pytest.importorskip("transformers")
 
@@ -220,9 +220,9 @@ def test_a_transformers_lm_imports_with_its_logits(name, bpe, tmp_path, caplog):
         imported = _compare(out, (ids,), hf)
     assert imported.tokenizer.encode(TEXT) == bpe.encode(TEXT)
     if name.startswith("mistral"):  # export picks the Llama class for this layout: Mistral's mapping back, here
-        from lab.runtime.hf import mistral
+        from lab.hf.mistral import Mistral
 
-        config, back = mistral.convert(imported.model, {})
+        config, back = Mistral().to_hf(imported.model, {})
         assert config["num_key_value_heads"] == 2 and back.keys() == hf.state_dict().keys()
         assert [k for k, v in back.items() if not torch.equal(v, hf.state_dict()[k])] == []
     if name == "llama3-rope-scaling":  # Llama 3.1's released config.json form: rope_theta + rope_scaling
@@ -419,7 +419,7 @@ def small_bert(tmp_path_factory):
 
 
 def test_init_from_another_layout_names_the_overrides_to_type(small_bert):
-    from lab.runtime.hf.importing import init_from
+    from lab.hf.importing import init_from
 
     bert, tok = small_bert
     model = EncoderClassifier(tok.vocab_size, 0, 2, d_model=32, n_layers=1, n_heads=2, max_seq_len=32)  # pre-norm
@@ -439,8 +439,8 @@ def test_init_from_a_qwen3_names_overrides_that_work_pasted(bpe, tmp_path):
     equals this model's (32 / 2 = 16), since 16 is not the 64 / 2 that null would give after the paste."""
     from omegaconf import OmegaConf
 
+    from lab.hf.importing import init_from
     from lab.models.gpt import GPT
-    from lab.runtime.hf.importing import init_from
 
     hf = _randomised(transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
         vocab_size=bpe.vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -481,7 +481,7 @@ def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
 
 def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_path):
     """Export, then init_from into a fresh model of the same settings: every tensor loaded, bit for bit."""
-    from lab.runtime.hf.importing import init_from
+    from lab.hf.importing import init_from
 
     layout = CASES["mixtral-bpe-top2"][2]
     trained = _model(bpe.vocab_size, **layout)
@@ -513,8 +513,8 @@ def test_an_lm_fine_tunes_from_a_transformers_gpt2_with_its_tokenizer(bpe, tmp_p
     are transformers'. Without tokenizer_from, lab trains its own tokenizer and init_from refuses it."""
     from lab.data.corpora import TextFiles
     from lab.data.lm import LMDataModule
+    from lab.hf.importing import init_from
     from lab.models.gpt import GPT
-    from lab.runtime.hf.importing import init_from
 
     hf = _randomised(transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=bpe.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64, activation_function="gelu_new")))
@@ -574,7 +574,7 @@ def test_a_translator_fine_tunes_from_a_transformers_marian_with_its_tokenizer(m
 
     from lab.data.parallel import ParallelDataModule, ParallelFiles
     from lab.data.sources.text import normalize_sentence
-    from lab.runtime.hf.importing import init_from
+    from lab.hf.importing import init_from
 
     out, vocab = marian_dir
     tsv = _pairs_file(tmp_path)
@@ -612,7 +612,7 @@ def test_a_translator_fine_tunes_from_a_transformers_marian_with_its_tokenizer(m
 
 def test_a_translator_with_other_special_ids_is_refused(marian_dir):
     """The same vocabulary numbered into other specials (a start token that is not the model's) is one error."""
-    from lab.runtime.hf.importing import init_from
+    from lab.hf.importing import init_from
 
     out, vocab = marian_dir
     imported = load(out)

@@ -12,11 +12,11 @@ import torch
 
 from lab.data.classification import encode_sentence
 from lab.data.tokenizers import HFTokenizer
+from lab.hf.exporting import export
 from lab.models.decoding import generate
 from lab.models.encoder import EncoderClassifier, MaskedLM
 from lab.models.gpt import GPT
 from lab.models.seq2seq import EncoderDecoder
-from lab.runtime.hf import export
 from lab.runtime.inference import predict as inference
 
 transformers = pytest.importorskip("transformers")
@@ -193,7 +193,7 @@ def test_fill_mask_pipeline_gives_lab_fill_mask(wordpiece, tmp_path, layout):
     model = _perturbed(MaskedLM(wordpiece.vocab_size, 0, 4, **{**BERT, **layout}))
     export(model, wordpiece, _meta(max_length=32), tmp_path)
     pipe = transformers.pipeline("fill-mask", model=str(tmp_path), device="cpu", top_k=3)
-    # special-token strings other than [MASK] are left out: in the MLM's tokenizer they are tokens (lab.runtime.hf.tokenizer)
+    # special-token strings other than [MASK] are left out: in the MLM's tokenizer they are tokens (lab.hf.tokenizer)
     texts = [f"{t} [MASK] end" for t in TRICKY if "[CLS]" not in t] + ["[MASK]ing the  sun\r\n", "juliet [MASK]"]
     for text in texts:
         (predictions,), _ = inference.fill_mask(model, wordpiece, text, 3, 32)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lab.data.tokenizers import HFTokenizer
+from lab.hf.exporting import export
 from lab.models import build_model
-from lab.runtime.hf import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -98,8 +98,8 @@ def test_shipped_fast_lm_preset_exports_as_apertus_and_comes_back_bit_exact(comp
 
     from lab.data.lm import EOS
     from lab.data.tokenizers import train_tokenizer
+    from lab.hf.importing import init_from, load
     from lab.models.decoding import generate
-    from lab.runtime.hf.importing import init_from, load
     from lab.runtime.inference.predict import encode_prompt
 
     cfg = compose([f"+experiment={name}", "model.init_std=0.1"])  # outputs that vary clearly by input (as above)

@@ -339,8 +339,8 @@ def test_translator_trains_then_translates_and_evaluates_through_the_cli(request
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in tested.stdout
 
     # n-best through the CLI: per input line 3 (score, translation) pairs, best first, led by the beam's best
-    from lab.runtime.checkpoints.reading import load_model
-    from lab.runtime.inference.predict import trained_length, translate_lines
+    from lab.checkpoints.reading import load_model, trained_length
+    from lab.runtime.inference.predict import translate_lines
 
     texts = ["Wie spät ist es?", "Das Haus ist alt und groß."]
     (tmp_path / "in.de").write_text("".join(t + "\n" for t in texts), encoding="utf-8")

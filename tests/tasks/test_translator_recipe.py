@@ -139,7 +139,7 @@ def test_ema_checkpoints_hold_the_hand_computed_average_and_the_test_uses_it(tmp
     """decay 0.5 over 4 steps of a tiny GPT, a checkpoint after every step: each one's raw weights
     (current_model_state) give the EMA by hand, e_1 = w_1, e_k = d e_(k-1) + (1 - d) w_k, which must be its
     state_dict; inference loads that; the test after training and lab.eval see the same (averaged) model."""
-    from lab.runtime.checkpoints.reading import load_model
+    from lab.checkpoints.reading import load_model
 
     d = 0.5
     train([*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=1", "callbacks=ema", f"callbacks.ema.decay={d}",

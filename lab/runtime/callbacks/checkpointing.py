@@ -3,7 +3,7 @@
 `last.ckpt` always holds the newest step written: after every validation (whether or not the metric
 improved), every `every_n_steps` optimizer steps and/or `every_minutes` minutes (independent of validation),
 at the end of training, and when a stop signal arrives (lab.runtime.rundir.signals). `best-*.ckpt` holds the best
-`monitor` value (top-k). Every file is written atomically (lab.runtime.checkpoints.atomic).
+`monitor` value (top-k). Every file is written atomically (lab.checkpoints.atomic).
 
 Lightning's ModelCheckpoint rewrites last.ckpt only when a top-k file is saved, so after the metric stops
 improving last.ckpt goes stale; here the saving decisions are ours and the file handling is Lightning's.
@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lab.runtime.checkpoints.atomic import AtomicCheckpointIO
+from lab.checkpoints.atomic import AtomicCheckpointIO
 from lab.runtime.rundir import signals
 
 log = logging.getLogger("lab")

@@ -17,8 +17,8 @@ def _test(ckpt_path: str, cfg: DictConfig):
     import lightning as L  # noqa: PLC0415
     from hydra.utils import instantiate  # noqa: PLC0415
 
+    from lab.checkpoints.reading import lab_metadata, read_checkpoint  # noqa: PLC0415
     from lab.models import build_model  # noqa: PLC0415
-    from lab.runtime.checkpoints.reading import lab_metadata, read_checkpoint  # noqa: PLC0415
     from lab.runtime.cli.console import single_console  # noqa: PLC0415
     from lab.runtime.inference.predict import pick_device  # noqa: PLC0415
 
@@ -80,7 +80,7 @@ def write_outputs(task, directory: Path) -> None:
 def _other_hypotheses(other: str, sources: list[str], cfg: DictConfig) -> list[str]:
     """The hypotheses of compare_to: a checkpoint's test pass (on the same test split), or a text file with
     one hypothesis per line in the test split's order."""
-    from lab.runtime.checkpoints.reading import is_sharded_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import is_sharded_checkpoint  # noqa: PLC0415
 
     path = Path(other).expanduser()
     if path.suffix == ".ckpt" or is_sharded_checkpoint(path):

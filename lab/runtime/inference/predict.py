@@ -1,5 +1,5 @@
 """Inference behind the entry points: device choice, settings checked before anything loads, the checkpoint
-of the right task, the lengths the model was trained on, and each task's batched prediction (classify,
+of the right task, and each task's batched prediction (classify,
 fill_mask, translate_lines). Texts are normalised exactly as training text was (lab.data.sources.text)."""
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ TASKS = {
 def checkpoint_for(entry: str, ckpt_path: str) -> tuple[Path, dict[str, Any]]:
     """A checkpoint file (or run directory: its best, else last checkpoint) -> (path, lab metadata), refused
     with one line when it comes from another task, before any model is built."""
-    from lab.runtime.checkpoints.reading import lab_metadata, read_checkpoint, resolve_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import lab_metadata, read_checkpoint, resolve_checkpoint  # noqa: PLC0415
 
     path = resolve_checkpoint(ckpt_path)
     meta = lab_metadata(read_checkpoint(path, metadata_only=True), path)
@@ -94,18 +94,6 @@ def checkpoint_for(entry: str, ckpt_path: str) -> tuple[Path, dict[str, Any]]:
         raise LabError(f"ckpt_path={path} is a {task.rsplit('.', 1)[-1]} checkpoint, but {entry} needs a "
                        f"{TASKS[entry].rsplit('.', 1)[-1]} one; {hint}")
     return path, meta
-
-
-def trained_length(meta: dict[str, Any]) -> int:
-    """Tokens per sequence the model saw in training, specials included, from the config in the checkpoint:
-    data.max_length (classifier, MLM), data.block_size (LM), data.max_tokens (translator); positions past it
-    were never trained, so inference never uses them."""
-    cfg = meta["config"]
-    data, limit = cfg.get("data") or {}, int(cfg["model"]["max_seq_len"])
-    for key in ("max_length", "block_size", "max_tokens"):
-        if data.get(key) is not None:
-            return min(int(data[key]), limit)
-    return limit
 
 
 def say_truncated(cut: list[int], total: int, length: int, what: str) -> None:

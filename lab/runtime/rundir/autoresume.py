@@ -17,8 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from lab.checkpoints.atomic import TMP_GLOB, is_tmp
 from lab.errors import LabError
-from lab.runtime.checkpoints.atomic import TMP_GLOB, is_tmp
 from lab.runtime.rundir import lock as rundir
 
 log = logging.getLogger("lab")
@@ -38,7 +38,7 @@ def _normalised(config: Any, run_dir: Path) -> Any:
 
 def checkpoints_newest_first(run_dir: Path) -> list[Path]:
     """Checkpoint files and FSDP2 sharded directories of a run, most recently written first."""
-    from lab.runtime.checkpoints.reading import is_sharded_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import is_sharded_checkpoint  # noqa: PLC0415
 
     ckpt_dir = run_dir / "checkpoints"
     if not ckpt_dir.is_dir():
@@ -49,7 +49,7 @@ def checkpoints_newest_first(run_dir: Path) -> list[Path]:
 
 
 def newest_valid_checkpoint(run_dir: Path) -> Path | None:
-    from lab.runtime.checkpoints.reading import read_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import read_checkpoint  # noqa: PLC0415
 
     for path in checkpoints_newest_first(run_dir):
         try:

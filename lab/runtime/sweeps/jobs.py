@@ -155,7 +155,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
     resume_step = None
     ckpt = resume_checkpoint(job_dir) if before else None
     if ckpt is not None:  # its own last checkpoint, also over a ckpt_path the whole sweep starts from
-        from lab.runtime.checkpoints.reading import read_checkpoint  # noqa: PLC0415
+        from lab.checkpoints.reading import read_checkpoint  # noqa: PLC0415
 
         try:
             resume_step = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))

@@ -19,7 +19,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from lab.runtime.checkpoints.atomic import atomic_write_bytes, fsync_dir
+from lab.checkpoints.atomic import atomic_write_bytes, fsync_dir
 
 log = logging.getLogger("lab")
 

@@ -85,7 +85,7 @@ def check_resume(cfg, resolved: dict[str, Any]) -> Resume | None:
     other changed settings in one warning, and consolidate an FSDP directory for a run without FSDP."""
     from lightning.pytorch.utilities import rank_zero_only  # noqa: PLC0415
 
-    from lab.runtime.checkpoints.reading import is_sharded_checkpoint, read_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import is_sharded_checkpoint, read_checkpoint  # noqa: PLC0415
     from lab.runtime.trainer.strategies import _strategy_kind  # noqa: PLC0415
 
     if not cfg.get("ckpt_path"):
@@ -118,7 +118,7 @@ def consolidated_copy(path: Path) -> Path:
     consolidate` writes), for a run that does not shard: Lightning's other strategies read only files."""
     import torch  # noqa: PLC0415
 
-    from lab.runtime.checkpoints.reading import read_checkpoint  # noqa: PLC0415
+    from lab.checkpoints.reading import read_checkpoint  # noqa: PLC0415
 
     ckpt = read_checkpoint(path)
     fd, tmp = tempfile.mkstemp(prefix="lab-consolidated-", suffix=".ckpt")

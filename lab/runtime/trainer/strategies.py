@@ -57,10 +57,10 @@ class FSDP2Strategy(ModelParallelStrategy, ShardsBlocks):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
         """A sharded checkpoint directory is written whole under a temporary name, then renamed into place
-        (lab.runtime.checkpoints.atomic.replace_dir): a kill mid-write never leaves a half-written `last.ckpt/`."""
+        (lab.checkpoints.atomic.replace_dir): a kill mid-write never leaves a half-written `last.ckpt/`."""
         from pathlib import Path  # noqa: PLC0415
 
-        from lab.runtime.checkpoints.atomic import replace_dir, tmp_name  # noqa: PLC0415
+        from lab.checkpoints.atomic import replace_dir, tmp_name  # noqa: PLC0415
 
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)

@@ -40,8 +40,7 @@ ENTRY = {"lm": "lab.generate", "classifier": "lab.classify", "mlm": "lab.fill_ma
 
 class Trained:
     def __init__(self, run):
-        from lab.runtime.checkpoints.reading import load_model
-        from lab.runtime.inference.predict import trained_length
+        from lab.checkpoints.reading import load_model, trained_length
 
         self.run, self.ckpt = run, next((run / "checkpoints").glob("best-*.ckpt"))
         self.model, self.tok, self.meta = load_model(self.ckpt)

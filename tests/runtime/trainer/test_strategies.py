@@ -158,7 +158,7 @@ def test_sharded_fsdp_checkpoint_resumes_the_same_curve(tmp_path):
     # and the consolidated single file serves inference
     out = tmp_path / "consolidated.ckpt"
     assert run_module("lab.checkpoint", ["consolidate", str(run_a / "checkpoints" / "last.ckpt"), str(out)], tmp_path).returncode == 0
-    from lab.runtime.checkpoints.reading import load_model
+    from lab.checkpoints.reading import load_model
 
     model, tokenizer, meta = load_model(out)
     assert meta["config"]["trainer"]["strategy"]["_target_"] == "lab.runtime.trainer.strategies.FSDP2Strategy"

@@ -5,16 +5,38 @@ import logging
 
 import torch
 
+from lab.errors import LabError
+from lab.hf.family import Family, mismatches, setting
+
 log = logging.getLogger("lab")
 
-LAYOUT = "pre-norm rmsnorm, rotary positions, swiglu FFN, no MoE, unscaled embeddings"
 
+class Llama(Family):
+    hf_class, auto_class, kind = "LlamaForCausalLM", "AutoModelForCausalLM", "lm"
+    layout = "pre-norm rmsnorm, rotary positions, swiglu FFN, no MoE, unscaled embeddings"
 
-def check(model) -> list[str]:
-    cfg = model.cfg
-    wanted = {"positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu",
-              "scale_embeddings": False, "moe": None}
-    return [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    def check(self, model) -> list[str]:
+        return mismatches(model.cfg, {"positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": "swiglu",
+                                      "scale_embeddings": False, "moe": None})
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        cfg = model.cfg
+        s = backbone(model)
+        for i, block in enumerate(model.decoder.layers):
+            p, ffn = f"model.layers.{i}.mlp.", block.ffn
+            gate, up = ffn.gate_up.weight.split(cfg.d_ff)  # lab: silu(first half) * second half
+            s[p + "gate_proj.weight"], s[p + "up_proj.weight"], s[p + "down_proj.weight"] = gate, up, ffn.down.weight
+            if cfg.bias:
+                gb, ub = ffn.gate_up.bias.split(cfg.d_ff)
+                s[p + "gate_proj.bias"], s[p + "up_proj.bias"], s[p + "down_proj.bias"] = gb, ub, ffn.down.bias
+        config = {"model_type": "llama", "intermediate_size": cfg.d_ff, "mlp_bias": bool(cfg.bias), **backbone_config(model)}
+        return config, s
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """LlamaForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
+        bias = bool(config.get("attention_bias", False))
+        setting(config, "mlp_bias", (bias,), False)  # lab's model.bias is both or neither
+        return {**backbone_arch(config), "d_ff": config["intermediate_size"], "bias": bias}
 
 
 def rotary_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -65,20 +87,6 @@ def backbone_config(model) -> dict:
     }
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
-    cfg = model.cfg
-    s = backbone(model)
-    for i, block in enumerate(model.decoder.layers):
-        p, ffn = f"model.layers.{i}.mlp.", block.ffn
-        gate, up = ffn.gate_up.weight.split(cfg.d_ff)  # lab: silu(first half) * second half
-        s[p + "gate_proj.weight"], s[p + "up_proj.weight"], s[p + "down_proj.weight"] = gate, up, ffn.down.weight
-        if cfg.bias:
-            gb, ub = ffn.gate_up.bias.split(cfg.d_ff)
-            s[p + "gate_proj.bias"], s[p + "up_proj.bias"], s[p + "down_proj.bias"] = gb, ub, ffn.down.bias
-    config = {"model_type": "llama", "intermediate_size": cfg.d_ff, "mlp_bias": bool(cfg.bias), **backbone_config(model)}
-    return config, s
-
-
 def rope_parameters(cfg) -> dict:
     """model.rope_base and model.rope_scaling as transformers' rope_parameters: rope_type default, or llama3."""
     if cfg.rope_scaling is None:
@@ -92,9 +100,6 @@ def rope_parameters(cfg) -> dict:
 def backbone_arch(config: dict, ffns: dict | None = None, act: str = "silu") -> dict:
     """The Llama backbone's config.json fields -> lab's settings; refused where lab's layers differ.
     ffns: the family's hidden_act -> lab's model.ffn (None: Llama's silu -> swiglu); act: hidden_act's default."""
-    from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
-
     D, H = config["hidden_size"], config["num_attention_heads"]
     ffns = ffns or {"silu": "swiglu"}
     ffn = ffns[setting(config, "hidden_act", tuple(ffns), act)]
@@ -123,11 +128,3 @@ def backbone_arch(config: dict, ffns: dict | None = None, act: str = "silu") -> 
             "positions": "rotary", "norm": "rmsnorm", "norm_placement": "pre", "ffn": ffn, "scale_embeddings": False,
             "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
 
-
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """LlamaForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
-
-    bias = bool(config.get("attention_bias", False))
-    setting(config, "mlp_bias", (bias,), False)  # lab's model.bias is both or neither
-    return {**backbone_arch(config), "d_ff": config["intermediate_size"], "bias": bias}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
+from lab.checkpoints.reading import read_checkpoint
 from lab.errors import LabError
-from lab.runtime.checkpoints.reading import read_checkpoint
 
 log = logging.getLogger("lab")
 

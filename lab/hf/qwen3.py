@@ -1,17 +1,33 @@
 """lab GPT in the Llama layout with QK-norm -> transformers' Qwen3ForCausalLM: Llama's tensors under Llama's names
-(lab.runtime.hf.llama's mapping, grouped-query attention, model.head_dim = head_dim), no biases, plus each layer's
+(lab.hf.llama's mapping, grouped-query attention, model.head_dim = head_dim), no biases, plus each layer's
 q_norm / k_norm (lab's model.qk_norm: RMSNorm over head_dim before rotary, epsilon rms_norm_eps = model.norm_eps)."""
 from __future__ import annotations
 
-from lab.runtime.hf import llama
-
-LAYOUT = "the Llama layout without biases + model.qk_norm"
-QK_NORM = True  # the one family that computes lab's qk_norm (lab.runtime.hf.lab_only refuses it for the others)
+from lab.errors import LabError
+from lab.hf import llama
 
 
-def check(model) -> list[str]:
-    cfg = model.cfg
-    return llama.check(model) + (["model.bias=false"] if cfg.bias else []) + ([] if cfg.qk_norm else ["model.qk_norm=true"])
+class Qwen3(llama.Llama):
+    hf_class = "Qwen3ForCausalLM"
+    layout = "the Llama layout without biases + model.qk_norm"
+    computes = frozenset({"qk_norm"})
+
+    def check(self, model) -> list[str]:
+        cfg = model.cfg
+        return super().check(model) + (["model.bias=false"] if cfg.bias else []) + ([] if cfg.qk_norm else ["model.qk_norm=true"])
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        config, s = super().to_hf(model, meta)
+        s |= qk_norms(model)
+        del config["mlp_bias"]  # Qwen3's MLP has no biases, and no setting for them; attention_bias is false
+        return {**config, "model_type": "qwen3", "use_sliding_window": False, "sliding_window": None}, s
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """Qwen3ForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
+        refuse_attention_bias(config)
+        # a sliding window longer than the context is no window; a shorter one becomes the context (as for Mistral)
+        backbone = llama.backbone_arch({**config, "sliding_window": sliding_window(config)})
+        return {**backbone, "d_ff": config["intermediate_size"], "bias": False, "qk_norm": True}
 
 
 def qk_norms(model) -> dict:
@@ -24,13 +40,6 @@ def qk_norms(model) -> dict:
         s[p + "q_norm.weight"] = llama.rotary_to_half(attn.q_norm.weight, 1)
         s[p + "k_norm.weight"] = llama.rotary_to_half(attn.k_norm.weight, 1)
     return s
-
-
-def convert(model, meta: dict) -> tuple[dict, dict]:
-    config, s = llama.convert(model, meta)
-    s |= qk_norms(model)
-    del config["mlp_bias"]  # Qwen3's MLP has no biases, and no setting for them; attention_bias is false
-    return {**config, "model_type": "qwen3", "use_sliding_window": False, "sliding_window": None}, s
 
 
 def sliding_window(config: dict) -> int | None:
@@ -46,16 +55,6 @@ def sliding_window(config: dict) -> int | None:
 
 def refuse_attention_bias(config: dict) -> None:
     """attention_bias=true in a family whose MLP has no biases (Qwen3, Apertus): one error."""
-    from lab.errors import LabError  # noqa: PLC0415
-
     if config.get("attention_bias", False):
         raise LabError("config.json has attention_bias=true (biases on the attention only); lab's model.bias puts "
                        "them on the feed-forward layers too, so lab cannot reproduce this model")
-
-
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """Qwen3ForCausalLM's config.json -> lab.models.gpt.GPT's arguments."""
-    refuse_attention_bias(config)
-    # a sliding window longer than the context is no window; a shorter one becomes the context (as for Mistral)
-    backbone = llama.backbone_arch({**config, "sliding_window": sliding_window(config)})
-    return {**backbone, "d_ff": config["intermediate_size"], "bias": False, "qk_norm": True}

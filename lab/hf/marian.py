@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import torch
 
-LAYOUT = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared source/target embeddings, no MoE"
+from lab.errors import LabError
+from lab.hf.family import Family, bias_of, has_bias, mismatches, setting
 
 
-def check(model) -> list[str]:
-    cfg = model.cfg
-    wanted = {"positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
-              "norm_eps": 1e-5,  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
-              "n_kv_heads": cfg.n_heads,  # and one key/value head per query head
-              "head_dim": cfg.d_model // cfg.n_heads}  # heads d_model / n_heads wide (no head_dim setting)
-    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
-    if cfg.ffn not in ACTIVATION:
-        missing.append("model.ffn=relu")  # or gelu
-    if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
-        missing.append("model.share_embeddings=true")
-    return missing
+class Marian(Family):
+    hf_class, auto_class, kind = "MarianMTModel", "AutoModelForSeq2SeqLM", "seq2seq"
+    layout = "post-norm layernorm, sinusoidal positions, relu or gelu FFN, shared source/target embeddings, no MoE"
+
+    def check(self, model) -> list[str]:
+        cfg = model.cfg
+        missing = mismatches(cfg, {
+            "positions": "sinusoidal", "norm": "layernorm", "norm_placement": "post", "moe": None,
+            "norm_eps": 1e-5,  # Marian's and Pegasus' layer norms have PyTorch's epsilon (no setting)
+            "n_kv_heads": cfg.n_heads,  # and one key/value head per query head
+            "head_dim": cfg.d_model // cfg.n_heads})  # heads d_model / n_heads wide (no head_dim setting)
+        if cfg.ffn not in ACTIVATION:
+            missing.append("model.ffn=relu")  # or gelu
+        if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
+            missing.append("model.share_embeddings=true")
+        return missing
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        return convert_layers(model, "marian")
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """MarianMTModel's config.json -> lab.models.seq2seq.EncoderDecoder's arguments."""
+        return layers_arch(config, state, "post")
 
 
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> activation_function
@@ -32,10 +44,6 @@ def hidden_order(d: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
-    return convert_layers(model, "marian")
-
-
 def convert_layers(model, model_type: str) -> tuple[dict, dict]:
     """The BART-family encoder-decoder both Marian and Pegasus are: every layer, the shared embedding, lm_head
     and the config fields they share (Pegasus adds its final norms)."""
@@ -45,29 +53,26 @@ def convert_layers(model, model_type: str) -> tuple[dict, dict]:
     reads = lambda w: w[:, order]  # noqa: E731 - a Linear whose input is the residual stream
     writes = lambda w: w[order]  # noqa: E731 - a Linear's output rows / a bias / a norm on the stream
 
-    def bias(module, n: int) -> torch.Tensor:
-        return module.bias if getattr(module, "bias", None) is not None else torch.zeros(n)
-
     def norm(prefix: str, m) -> dict:
-        return {prefix + ".weight": writes(m.weight), prefix + ".bias": writes(bias(m, D))}
+        return {prefix + ".weight": writes(m.weight), prefix + ".bias": writes(bias_of(m, D))}
 
     def ffn(prefix: str, f) -> dict:
-        return {prefix + "fc1.weight": reads(f.up.weight), prefix + "fc1.bias": bias(f.up, cfg.d_ff),
-                prefix + "fc2.weight": writes(f.down.weight), prefix + "fc2.bias": writes(bias(f.down, D))}
+        return {prefix + "fc1.weight": reads(f.up.weight), prefix + "fc1.bias": bias_of(f.up, cfg.d_ff),
+                prefix + "fc2.weight": writes(f.down.weight), prefix + "fc2.bias": writes(bias_of(f.down, D))}
 
     def self_attn(prefix: str, a) -> dict:
         q, k, v = reads(a.qkv_proj.weight).split(D)
-        qb, kb, vb = bias(a.qkv_proj, 3 * D).split(D)
+        qb, kb, vb = bias_of(a.qkv_proj, 3 * D).split(D)
         return {prefix + "q_proj.weight": q, prefix + "k_proj.weight": k, prefix + "v_proj.weight": v,
                 prefix + "q_proj.bias": qb, prefix + "k_proj.bias": kb, prefix + "v_proj.bias": vb,
-                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias(a.out_proj, D))}
+                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias_of(a.out_proj, D))}
 
     def cross_attn(prefix: str, a) -> dict:
         k, v = reads(a.kv_proj.weight).split(D)  # keys and values read the encoder output, reordered the same way
-        kb, vb = bias(a.kv_proj, 2 * D).split(D)
-        return {prefix + "q_proj.weight": reads(a.q_proj.weight), prefix + "q_proj.bias": bias(a.q_proj, D),
+        kb, vb = bias_of(a.kv_proj, 2 * D).split(D)
+        return {prefix + "q_proj.weight": reads(a.q_proj.weight), prefix + "q_proj.bias": bias_of(a.q_proj, D),
                 prefix + "k_proj.weight": k, prefix + "k_proj.bias": kb, prefix + "v_proj.weight": v, prefix + "v_proj.bias": vb,
-                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias(a.out_proj, D))}
+                prefix + "out_proj.weight": writes(a.out_proj.weight), prefix + "out_proj.bias": writes(bias_of(a.out_proj, D))}
 
     embed = reads(model.src_embed.tokens.weight)
     s = {"model.shared.weight": embed, "model.encoder.embed_tokens.weight": embed, "model.decoder.embed_tokens.weight": embed}
@@ -102,16 +107,8 @@ def convert_layers(model, model_type: str) -> tuple[dict, dict]:
     return config, s
 
 
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """MarianMTModel's config.json -> lab.models.seq2seq.EncoderDecoder's arguments."""
-    return layers_arch(config, state, "post")
-
-
 def layers_arch(config: dict, state: dict, norm_placement: str) -> dict:
     """The config.json fields Marian and Pegasus share -> EncoderDecoder's arguments."""
-    from lab.errors import LabError  # noqa: PLC0415
-    from lab.runtime.hf.importing import has_bias, setting  # noqa: PLC0415
-
     act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")
     setting(config, "share_encoder_decoder_embeddings", (True,), True)
     sides = {k: (config[f"encoder_{k}"], config[f"decoder_{k}"]) for k in ("layers", "attention_heads", "ffn_dim")}

@@ -179,6 +179,18 @@ def lab_metadata(ckpt: dict[str, Any], path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def trained_length(meta: dict[str, Any]) -> int:
+    """Tokens per sequence the model saw in training, specials included, from the config in the checkpoint:
+    data.max_length (classifier, MLM), data.block_size (LM), data.max_tokens (translator); positions past it
+    were never trained, so inference never uses them."""
+    cfg = meta["config"]
+    data, limit = cfg.get("data") or {}, int(cfg["model"]["max_seq_len"])
+    for key in ("max_length", "block_size", "max_tokens"):
+        if data.get(key) is not None:
+            return min(int(data[key]), limit)
+    return limit
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
     """-> (model in eval mode, tokenizer, metadata). Rebuilt from the config saved inside the checkpoint."""
     from omegaconf import OmegaConf  # noqa: PLC0415

@@ -1,7 +1,7 @@
 """lab's translator in T5's layout -> transformers' T5ForConditionalGeneration (Raffel et al. 2020): pre-norm
 RMSNorm, no biases, T5's relative position bias (one table per stack, lab.nn.positions.RelativePositionBias),
 unscaled attention (model.attention_scale=1.0), one shared unscaled token embedding, ReLU or GELU FFNs. The
-stacks' mapping is shared with SwitchTransformers (lab.runtime.hf.switch), which adds experts.
+stacks' mapping is shared with SwitchTransformers (lab.hf.switch), which adds experts.
 
 The output projection: T5 scales the decoder output by d_model^-0.5 before it (lab's model.output_scale) unless
 config.json says scale_decoder_outputs=false (transformers 5; older configs, and transformers 4, say it with
@@ -13,33 +13,52 @@ import logging
 
 import torch
 
+from lab.errors import LabError
+from lab.hf.family import Family, mismatches, setting
+
 log = logging.getLogger("lab")
 
-LAYOUT = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu, gelu or gelu_erf FFN, no "
-          "biases, shared unscaled tied embeddings, output_scale either way, no MoE")
-OUTPUT_SCALE = True  # lab.runtime.hf.lab_only: T5 computes model.output_scale
 ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> T5's feed_forward_proj
+
+
+class T5(Family):
+    hf_class, auto_class, kind = "T5ForConditionalGeneration", "AutoModelForSeq2SeqLM", "seq2seq"
+    layout = ("pre-norm rmsnorm, relative positions (T5's bias), attention_scale=1.0, relu, gelu or gelu_erf FFN, no "
+              "biases, shared unscaled tied embeddings, output_scale either way, no MoE")
+    computes = frozenset({"output_scale"})
+
+    def check(self, model) -> list[str]:
+        missing = backbone_check(model)
+        if model.cfg.ffn not in ACTIVATION:
+            missing.append("model.ffn=relu")  # or gelu, gelu_erf
+        if not model.cfg.tie_embeddings:
+            missing.append("model.tie_embeddings=true")  # transformers 5 ties T5's lm_head to the shared embedding
+        return missing + (["model.moe=null"] if model.cfg.moe is not None else [])
+
+    def to_hf(self, model, meta: dict) -> tuple[dict, dict]:
+        config = {**backbone_config(model), "model_type": "t5", "feed_forward_proj": ACTIVATION[model.cfg.ffn],
+                  "scale_decoder_outputs": bool(model.cfg.output_scale)}
+        return config, stacks(model, "DenseReluDense", dense)
+
+    def config_from_hf(self, config: dict, state: dict, tok) -> dict:
+        """T5ForConditionalGeneration's config.json -> EncoderDecoder's arguments (T5 v1.0's ReLU, or a GELU; the
+        gated FFNs of T5 v1.1 and Flan-T5 are refused)."""
+        act = setting(config, "feed_forward_proj", tuple(ACTIVATION.values()), "relu")
+        return {**backbone_arch(config, state, scales_output(config)), "ffn": {v: k for k, v in ACTIVATION.items()}[act]}
+
+    def fold(self, state: dict, config: dict) -> dict:
+        return tie_output(state)
 
 
 def backbone_check(model) -> list[str]:
     """The fields T5 and Switch both need (everything but the feed-forward blocks)."""
     cfg = model.cfg
-    wanted = {"positions": "relative", "norm": "rmsnorm", "norm_placement": "pre", "bias": False,
-              "attention_scale": 1.0, "scale_embeddings": False, "embed_norm": False,
-              "n_kv_heads": cfg.n_heads}  # one key/value head per query head
-    missing = [f"model.{k}={v}" for k, v in wanted.items() if getattr(cfg, k) != v]
+    missing = mismatches(cfg, {"positions": "relative", "norm": "rmsnorm", "norm_placement": "pre", "bias": False,
+                               "attention_scale": 1.0, "scale_embeddings": False, "embed_norm": False,
+                               "n_kv_heads": cfg.n_heads})  # one key/value head per query head
     if model.tgt_embed.tokens.weight is not model.src_embed.tokens.weight:
         missing.append("model.share_embeddings=true")
     return missing
-
-
-def check(model) -> list[str]:
-    missing = backbone_check(model)
-    if model.cfg.ffn not in ACTIVATION:
-        missing.append("model.ffn=relu")  # or gelu, gelu_erf
-    if not model.cfg.tie_embeddings:
-        missing.append("model.tie_embeddings=true")  # transformers 5 ties T5's lm_head to the shared embedding
-    return missing + (["model.moe=null"] if model.cfg.moe is not None else [])
 
 
 def stacks(model, ffn_name: str, feed_forward) -> dict:
@@ -87,19 +106,13 @@ def backbone_config(model) -> dict:
             "decoder_start_token_id": model.bos_id, "use_cache": True}
 
 
-def convert(model, meta: dict) -> tuple[dict, dict]:
-    config = {**backbone_config(model), "model_type": "t5", "feed_forward_proj": ACTIVATION[model.cfg.ffn],
-              "scale_decoder_outputs": bool(model.cfg.output_scale)}
-    return config, stacks(model, "DenseReluDense", dense)
-
-
 def scales_output(config: dict) -> bool:
     """Whether transformers' T5 multiplies the decoder output by d_model^-0.5: config.json's scale_decoder_outputs
     (transformers 5), else what T5 v1.0/v1.1 configs say with tie_word_embeddings (false: no scale)."""
     return bool(config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False))
 
 
-def fold(state: dict, config: dict) -> dict:
+def tie_output(state: dict) -> dict:
     """transformers 5 ties T5's output projection to the shared embedding whatever the file holds: so does lab (a
     file lm_head.weight that differs is replaced, said in one line)."""
     state = dict(state)
@@ -113,8 +126,6 @@ def fold(state: dict, config: dict) -> dict:
 def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:
     """config.json's fields T5 and Switch share -> lab.models.seq2seq.EncoderDecoder's arguments (scaled: the decoder
     output is scaled by d_model^-0.5, lab's model.output_scale)."""
-    from lab.errors import LabError  # noqa: PLC0415
-
     n_layers, n_dec = config.get("num_layers", 6), config.get("num_decoder_layers") or config.get("num_layers", 6)
     if n_layers != n_dec:
         raise LabError(f"config.json's stacks have {n_layers} and {n_dec} layers; lab's translator has one setting "
@@ -129,12 +140,3 @@ def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:
             "relative_max_distance": config.get("relative_attention_max_distance", 128), "attention_scale": 1.0,
             "norm": "rmsnorm", "norm_eps": float(config.get("layer_norm_epsilon", 1e-6)), "norm_placement": "pre",
             "bias": False, "scale_embeddings": False, "tie_embeddings": tied, "output_scale": bool(scaled)}
-
-
-def arch(config: dict, state: dict, name: str, tok) -> dict:
-    """T5ForConditionalGeneration's config.json -> EncoderDecoder's arguments (T5 v1.0's ReLU, or a GELU; the gated
-    FFNs of T5 v1.1 and Flan-T5 are refused)."""
-    from lab.runtime.hf.importing import setting  # noqa: PLC0415
-
-    act = setting(config, "feed_forward_proj", tuple(ACTIVATION.values()), "relu")
-    return {**backbone_arch(config, state, scales_output(config)), "ffn": {v: k for k, v in ACTIVATION.items()}[act]}

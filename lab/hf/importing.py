@@ -1,8 +1,8 @@
-"""Hugging Face model directories into lab: config.json -> lab's model settings (each family's `arch`), and the
-weights through the very mapping that exports them (each family's `convert`), run backwards.
+"""Hugging Face model directories into lab: config.json -> lab's model settings (each family's `config_from_hf`),
+and the weights through the very mapping that exports them (each family's `to_hf`), run backwards.
 
 The export mappings are pure rearrangements (split, transpose, reorder, stack; constant zeros where lab has no
-parameter). Running `convert` on a copy of the lab model whose every parameter element holds its own number
+parameter). Running `to_hf` on a copy of the lab model whose every parameter element holds its own number
 (1, 2, 3, ...) gives, for each Hugging Face tensor element, the lab element it comes from (0: a constant zero).
 Importing gathers each lab element from where its number landed, so import and export are one mapping and a
 round trip lab -> HF -> lab is bit-exact by construction. Two checks keep an import from being silently wrong:
@@ -19,8 +19,11 @@ from pathlib import Path
 
 import torch
 
-from lab.data.tokenizers import tokenizer_from_hf_dir
+from lab.data.tokenizers import HFTokenizer, tokenizer_from_hf_dir
 from lab.errors import LabError
+from lab.hf.exporting import as_typed
+from lab.hf.family import Family
+from lab.hf.registry import FAMILIES, MODELS, family_named, kind_of
 
 log = logging.getLogger("lab")
 
@@ -82,15 +85,15 @@ def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int
     return copy_, ranges
 
 
-def load_state(model: torch.nn.Module, convert, state: dict[str, torch.Tensor], source: str,
+def load_state(model: torch.nn.Module, family: Family, state: dict[str, torch.Tensor], source: str,
                only: str | None = None) -> list[str]:
-    """Copy a Hugging Face state dict into model through convert (model -> (config, HF state)) run backwards.
+    """Copy a Hugging Face state dict into model through family.to_hf (model -> (config, HF state)) run backwards.
     only: a parameter-name prefix (a classifier takes "encoder." and keeps its new head). -> the names loaded.
     Refuses in one line, before changing anything, when a tensor is missing or has another shape, when the file
     holds non-zero values where lab's layout has none, or two different copies of one lab parameter."""
     copy_, ranges = traced(model)
     with torch.no_grad():
-        _, ids = convert(copy_, {})
+        _, ids = family.to_hf(copy_, {})
     wanted = {n: r for n, r in ranges.items() if only is None or n.startswith(only)}
     shapes = [f"{k}: file {tuple(state[k].shape)} vs lab {tuple(v.shape)}" for k, v in ids.items()
               if k in state and tuple(state[k].shape) != tuple(v.shape)]
@@ -131,39 +134,17 @@ def load_state(model: torch.nn.Module, convert, state: dict[str, torch.Tensor], 
 
 def load(path: str | Path) -> Imported:
     """A Hugging Face model directory -> lab's model (eval mode, float32) and tokenizer."""
-    from lab.runtime.hf import IMPORTS, _builders  # noqa: PLC0415
-
     p, config = read_dir(path)
     name = (config.get("architectures") or ["?"])[0]
-    if name not in IMPORTS:
-        raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(IMPORTS)}")
-    family, kind = IMPORTS[name]
+    family = family_named(name)
+    if family is None:
+        raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(f.hf_class for f in FAMILIES)}")
     state, tok = read_weights(p), tokenizer_from_hf_dir(p)
-    if hasattr(family, "fold"):
-        state = family.fold(state, config)
-    model = _builders()[kind](family.arch(config, state, name, tok))
-    load_state(model, family.convert, state, str(p))
+    state = family.fold(state, config)
+    model = MODELS[family.kind](**family.config_from_hf(config, state, tok))
+    load_state(model, family, state, str(p))
     log.info("imported %s from %s: %d parameters", name, p, sum(t.numel() for t in model.parameters()))
     return Imported(model.eval(), tok, name, config)
-
-
-def setting(config: dict, key: str, allowed: tuple, default=None):
-    """config.json's value of key, refused in one line unless lab reproduces it (allowed)."""
-    value = config.get(key, default)
-    if value not in allowed:
-        raise LabError(f"config.json has {key}={value!r}; lab reproduces {' or '.join(map(repr, allowed))} only "
-                       "(its layers have no other setting for it)")
-    return value
-
-
-def has_bias(state: dict[str, torch.Tensor], is_bias) -> bool:
-    """Whether any of the layout's bias tensors (is_bias(name)) is non-zero: all zero is lab's model.bias=false,
-    said in one line (the same function, fewer parameters)."""
-    names = [k for k in state if is_bias(k)]
-    if names and not any(state[k].any() for k in names):
-        log.info("all %d bias tensors are zero: imported with model.bias=false (the same function)", len(names))
-        return False
-    return bool(names)
 
 
 def is_hf_dir(path: str) -> bool:
@@ -171,6 +152,9 @@ def is_hf_dir(path: str) -> bool:
     return p.is_dir() and (p / "config.json").is_file()
 
 
+# the kinds of Hugging Face model each kind of lab model may start from (model.init_from): a classifier takes the
+# encoder of an MLM or of a classifier
+STARTS = {"lm": ("lm",), "seq2seq": ("seq2seq",), "encoder": ("mlm", "encoder")}
 TRAINING_ONLY = ("dropout", "init_std", "embed_init_std", "moe")  # settings that leave the function (and the weights) as they are
 DERIVED = ("n_kv_heads", "head_dim", "norm_eps", "d_ff")  # null: TransformerConfig resolves them from the others
 MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
@@ -182,16 +166,17 @@ def differences(model, other) -> list[str]:
     the pasted ones (model.head_dim stays 32 only if said when d_model changes), unless other's value is what
     null gives."""
     typed = lambda v: "{" + ",".join(f"{k}:{x}" for k, x in v.items()) + "}" if isinstance(v, dict) else v  # noqa: E731
-    changed = {k for k, v in vars(other.cfg).items() if k not in TRAINING_ONLY and getattr(model.cfg, k) != v}
-    anew = lambda k: getattr(other.cfg, k) != getattr(replace(other.cfg, **{k: None}), k)  # noqa: E731
-    diffs = [f"model.{k}={typed(v)}" for k, v in vars(other.cfg).items()
+    mine, theirs = vars(model.cfg), vars(other.cfg)
+    changed = {k for k, v in theirs.items() if k not in TRAINING_ONLY and mine[k] != v}
+    anew = lambda k: theirs[k] != vars(replace(other.cfg, **{k: None}))[k]  # noqa: E731
+    diffs = [f"model.{k}={typed(v)}" for k, v in theirs.items()
              if k in changed or (changed and k in DERIVED and anew(k))]
     mine, theirs = model.cfg.moe, other.cfg.moe
     if (mine is None) != (theirs is None):
         diffs.append("model.moe=null" if theirs is None else f"model.moe={{{', '.join(f'{k}: {getattr(theirs, k)}' for k in MOE_FUNCTION)}}}")
     elif theirs is not None:
         def value(layer, k: str):  # expert_hidden=None means d_ff: compare the width the experts have
-            return layer.experts.w_out.shape[-1] if k == "expert_hidden" else getattr(layer.moe, k)
+            return layer.experts.w_out.shape[-1] if k == "expert_hidden" else vars(layer.moe)[k]
 
         mine, theirs = model.decoder.layers[0].ffn, other.decoder.layers[0].ffn
         diffs += [f"model.moe.{k}={value(theirs, k)}" for k in MOE_FUNCTION if value(mine, k) != value(theirs, k)]
@@ -199,7 +184,7 @@ def differences(model, other) -> list[str]:
 
 
 def vocabulary(tok) -> dict[str, int]:
-    return tok.backend.get_vocab(with_added_tokens=True) if hasattr(tok, "backend") else {s: i for i, s in enumerate(tok.itos)}
+    return tok.backend.get_vocab(with_added_tokens=True) if isinstance(tok, HFTokenizer) else {s: i for i, s in enumerate(tok.itos)}
 
 
 def init_from(model, path: str, meta: dict) -> None:
@@ -207,18 +192,14 @@ def init_from(model, path: str, meta: dict) -> None:
     settings must be the directory's (else one error with the overrides to type) and so must the data's tokenizer;
     a classifier takes the encoder (and BERT's pooler when pooling=bert) and keeps its new head for the data's
     labels. Said in one line: what was loaded, what starts from init."""
-    from lab.runtime.hf import as_typed  # noqa: PLC0415
-
     imported = load(path)
-    wanted = {"GPT": ("GPT",), "EncoderDecoder": ("EncoderDecoder",), "EncoderClassifier": ("MaskedLM", "EncoderClassifier")}
-    kind = type(model).__name__
-    if type(imported.model).__name__ not in wanted.get(kind, ()):
-        raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {kind} cannot start from; "
-                       "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
-                       "ApertusForCausalLM -> the LM; "
-                       "BertForMaskedLM, BertForSequenceClassification -> the classifier; MarianMTModel, "
-                       "PegasusForConditionalGeneration, T5ForConditionalGeneration, SwitchTransformersForConditionalGeneration -> "
-                       "the translator")
+    kind = kind_of(model)
+    if kind_of(imported.model) not in STARTS[kind]:
+        starts = "; ".join(", ".join(f.hf_class for f in FAMILIES if f.kind in kinds) + f" -> the {what}"
+                           for what, kinds in (("LM", STARTS["lm"]), ("classifier", STARTS["encoder"]),
+                                               ("translator", STARTS["seq2seq"])))
+        raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {type(model).__name__} cannot start "
+                       f"from; {starts}")
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
     hints = [as_typed(h, keys) for h in differences(model, imported.model)]
     if hints:
@@ -230,13 +211,14 @@ def init_from(model, path: str, meta: dict) -> None:
         if vocabulary(tokenizer_from_json(meta["tokenizer"])) != vocabulary(imported.tokenizer):
             raise LabError(f"model.init_from={path}: the data's tokenizer is not the model's (other vocabulary); read "
                            f"the data with it: data.tokenizer_from={path}")
-    ids = [f"{k}={getattr(model, k)} (the model's: {getattr(imported.model, k)})" for k in ("pad_id", "bos_id", "eos_id")
-           if hasattr(model, k) and getattr(model, k) != getattr(imported.model, k)]
+    specials = lambda m: {"pad_id": m.pad_id, "bos_id": m.bos_id, "eos_id": m.eos_id} if kind == "seq2seq" else {}  # noqa: E731
+    theirs = specials(imported.model)
+    ids = [f"{k}={v} (the model's: {theirs[k]})" for k, v in specials(model).items() if v != theirs[k]]
     if ids:  # a translator's specials come from the data: the same vocabulary may number them otherwise
         raise LabError(f"model.init_from={path}: the data's special tokens are not the model's: {', '.join(ids)}; read "
                        f"the data with its tokenizer: data.tokenizer_from={path}")
     own, src = model.state_dict(), imported.model.state_dict()
-    head = ("classifier.",) if kind == "EncoderClassifier" else ()
+    head = ("classifier.",) if kind == "encoder" else ()
     loaded = [k for k in own if k in src and not k.startswith(head) and own[k].shape == src[k].shape]
     new = [k for k in own if k not in loaded]
     if not head and new:  # an LM or translator takes every tensor
