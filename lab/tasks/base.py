@@ -13,7 +13,7 @@ from torch import nn
 
 from lab.models.base import LabModel
 from lab.nn import Aux, ConfigError
-from lab.nn.parallel import ShardsBlocks, fully_shard_blocks
+from lab.nn.fsdp import ShardsBlocks, fully_shard_blocks
 from lab.nn.params import count_parameters
 from lab.nn.roles import NO_DECAY_ROLES
 

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import EMAWeightAveraging
 from lightning.pytorch.trainer.states import TrainerFn
 
 from lab.errors import LabError
-from lab.nn.parallel import ShardsBlocks
+from lab.nn.fsdp import ShardsBlocks
 
 log = logging.getLogger("lab")
 

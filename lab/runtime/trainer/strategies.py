@@ -13,7 +13,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
-from lab.nn.parallel import ShardsBlocks
+from lab.nn.fsdp import ShardsBlocks
 
 log = logging.getLogger("lab")
 # ModelParallelStrategy's precision plugins; 16-mixed needs a sharded grad scaler it does not have.
