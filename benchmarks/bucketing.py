@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+import lab.runtime.cli.schemas  # noqa: F401 - the structured configs conf/ names
 from lab.models import build_model
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -184,6 +184,7 @@ def train_step_tokens_per_s(model: nn.Module, vocab: int, batch: int, seq: int, 
 def experiment_model(name: str, vocab: int, overrides: tuple[str, ...] = ()):
     from hydra import compose, initialize_config_dir
 
+    import lab.runtime.cli.schemas  # noqa: F401 - the structured configs conf/ names
     from lab.models import build_model
 
     conf = Path(__file__).resolve().parents[1] / "conf"

@@ -101,6 +101,8 @@ def compose():
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import lab.runtime.cli.schemas  # noqa: F401 - the structured configs conf/ names, as every entry point registers them
+
     def _compose(overrides: list[str], config_name: str = "train"):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return hydra_compose(config_name, overrides=overrides, return_hydra_config=True)

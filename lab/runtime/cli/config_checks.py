@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lab.errors import LabError
+from lab.tasks import config as task_config
 
 log = logging.getLogger("lab")
 
@@ -81,14 +82,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "trainer.devices": ((lambda v: v == "auto" or (_is_int(v) and (v >= 1 or v == -1))
                          or (isinstance(v, list | ListConfig) and len(v) > 0 and all(_is_int(d) and d >= 0 for d in v))),
                         "auto, a positive number of devices (-1: all) or a list of device indices"),
-    "task.optimizer.lr": POSITIVE,
-    "task.optimizer.weight_decay": number_in(0),
-    "task.optimizer.eps": POSITIVE,
-    "task.optimizer.betas": ((lambda v: isinstance(v, list | ListConfig) and len(v) == 2
-                              and all(_is_number(b) and 0 <= b < 1 for b in v)), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
-    "task.scheduler.warmup_steps": int_at_least(0),
-    "task.scheduler.min_lr": number_in(0),
-    "task.label_smoothing": number_in(0, 1),
     "model.d_model": POSITIVE_INT,
     "model.n_layers": POSITIVE_INT,
     "model.n_heads": POSITIVE_INT,
@@ -127,6 +120,14 @@ def _refuse(key: str, value: Any, what: str) -> None:
     raise LabError(f"{key}={value!r} must be {what}; set {key}=<that> on the command line (or in the experiment)")
 
 
+def _within(ok: Callable[[Any], bool], value: Any) -> bool:
+    """A RANGES row's test; a value of another type (in an untyped node, e.g. an inline schedule) fails it."""
+    try:
+        return not isinstance(value, bool) and bool(ok(value))
+    except TypeError:
+        return False
+
+
 def check_missing(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
@@ -153,6 +154,10 @@ def check_values(cfg: DictConfig) -> None:
         present, value = _value(cfg, key)
         if present and not ok(value):
             _refuse(key, value, what)
+    for key, ok, what in task_config.RANGES:  # what the task schemas' types cannot say
+        present, value = _value(cfg, key)
+        if present and not _within(ok, value):
+            _refuse(key, value, what)
     for section in ("model", "task"):
         for key, value in _walk(cfg.get(section), section):
             if key.rsplit(".", 1)[-1].endswith(PROBABILITY_KEYS) and value is not None and not (_is_number(value) and 0 <= value < 1):
@@ -172,11 +177,8 @@ def check_values(cfg: DictConfig) -> None:
         log.warning("task.scheduler.warmup_steps=%d > trainer.max_steps=%d: the learning rate never reaches its peak "
                     "(%.0f%% of it at the last step); lower warmup_steps unless this is a short test", warmup, steps,
                     100 * steps / warmup)
-    present, min_lr = _value(cfg, "task.scheduler.min_lr")
-    lr = OmegaConf.select(cfg, "task.optimizer.lr", default=None)
-    if present and _is_number(lr) and min_lr > lr:
-        raise LabError(f"task.scheduler.min_lr={min_lr} > task.optimizer.lr={lr}: the schedule would raise the "
-                       "learning rate; set min_lr below lr")
+    if "task" in cfg:
+        task_config.check_task(cfg.task)
     check_devices(cfg.get("trainer") or {})
     check_registered(cfg.get("trainer") or {})
 
@@ -265,9 +267,27 @@ def check_arguments(cfg: DictConfig) -> None:
                     raise LabError(f"{where}.{key} is not an argument of {node._target_}{hint}; remove it (or fix its name)")
 
 
+def check_schema_keys(node, where: str) -> None:
+    """A key added with `+` to a node that has a schema (Hydra's `+` lets one in) must be one of its fields:
+    otherwise nothing would read it."""
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in node:
+        if fields is not None and key not in fields:
+            from lab.runtime.cli.errors import did_you_mean  # noqa: PLC0415
+
+            hint = did_you_mean(str(key), [f"{where}.{f}" for f in fields if not f.startswith("_")], f"{where}.")
+            raise LabError(f"{where}.{key} is not a setting of {where} ({schema.__name__}){hint}; remove it (or fix its name)")
+        check_schema_keys(node._get_node(key), f"{where}.{key}")
+
+
 def check_config(cfg: DictConfig) -> None:
     """All checks, cheapest first; the first mistake found is raised as one LabError."""
     check_missing(cfg)
     resolved = check_resolves(cfg)
     check_values(resolved)
-    check_arguments(cfg)
+    check_arguments(cfg)  # a `_target_`'s unknown key is named with its target's signature; the other nodes':
+    for section in ("task", "data"):
+        check_schema_keys(cfg.get(section), section)

@@ -48,6 +48,7 @@ OmegaConf.register_new_resolver("lab.sqlite", _sqlite_url, replace=True)
 OmegaConf.register_new_resolver("lab.direction", _optuna_direction, replace=True)
 OmegaConf.register_new_resolver("lab.required", _required, replace=True)
 OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.run.dir: rank 0's, see lab.runtime.rundir.ranks
+import lab.runtime.cli.schemas  # noqa: E402, F401 - the structured configs, registered before Hydra composes
 
 
 def user_errors_exit(fn):
@@ -153,6 +154,9 @@ def hydra_error_line(e: BaseException) -> str | None:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
         cause = e.__cause__
+        typed = schema_error_line(cause) if isinstance(cause, OmegaConfBaseException) else None
+        if typed:
+            return typed
         return f"{text.splitlines()[0]}{': ' + str(cause).splitlines()[0] if cause else ''}"
     if isinstance(e, OSError) and e.filename:  # the run directory: Hydra makes it before the task starts
         return (f"cannot create the run directory {e.filename} ({e.strerror}); set paths.runs_dir=<a directory you "
@@ -160,6 +164,44 @@ def hydra_error_line(e: BaseException) -> str | None:
     if isinstance(e, OmegaConfBaseException):  # e.g. the run directory's ${name} pointing at a missing key
         key = getattr(e, "full_key", None) or "a config value"
         return f"{key} cannot be resolved: {text.splitlines()[0]}; fix the ${{...}} reference (or the value it uses)"
+    return None
+
+
+def _kind(hint) -> str:
+    """A schema field's type in words: what the value must be."""
+    import dataclasses  # noqa: PLC0415
+    import types  # noqa: PLC0415
+    import typing  # noqa: PLC0415
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return f"{_kind(args[0])} or null" if len(args) == 1 else "one of its types"
+    if typing.get_origin(hint) is list:
+        return f"a list, e.g. [{', '.join(['0.9', '0.95'] if args[:1] == [float] else ['...'])}]"
+    if typing.get_origin(hint) is dict or dataclasses.is_dataclass(hint):
+        return "a mapping of settings, e.g. {key: value}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, "of its type")
+
+
+def schema_error_line(e) -> str | None:
+    """A value whose type its schema refuses (OmegaConf's ValidationError), or a key its schema lacks, in lab's
+    one-line form: `task.optimizer.lr='fast' must be a number; ...` (None: not such an error)."""
+    import dataclasses  # noqa: PLC0415
+    import typing  # noqa: PLC0415
+
+    from omegaconf.errors import ConfigKeyError, ValidationError  # noqa: PLC0415
+
+    schema, key = e.object_type, e.full_key
+    if not key or not isinstance(schema, type) or not dataclasses.is_dataclass(schema):
+        return None
+    leaf = str(key).rpartition(".")[2]
+    if isinstance(e, ConfigKeyError) and not isinstance(e, ValidationError):
+        parent = str(key).rpartition(".")[0]
+        hint = did_you_mean(leaf, {f"{parent}.{f}" for f in schema.__dataclass_fields__}, f"{parent}.")
+        return f"{key} is not a setting of {parent} ({schema.__name__}){hint}; remove it (or fix its name)"
+    if isinstance(e, ValidationError) and leaf in schema.__dataclass_fields__:
+        what = _kind(typing.get_type_hints(schema)[leaf])
+        return f"{key}={e.value!r} must be {what}; set {key}=<that> on the command line (or in the experiment)"
     return None
 
 
