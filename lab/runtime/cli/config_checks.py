@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from lab.data import config as data_config
 from lab.errors import LabError
 from lab.tasks import config as task_config
 
@@ -90,15 +91,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "model.d_ff": optional(POSITIVE_INT),
     "model.max_seq_len": POSITIVE_INT,
     "model.init_std": POSITIVE,
-    "data.batch_size": POSITIVE_INT,
-    "data.eval_batch_size": POSITIVE_INT,
-    "data.batch_tokens": optional(POSITIVE_INT),
-    "data.max_length": POSITIVE_INT,
-    "data.max_tokens": POSITIVE_INT,
-    "data.vocab_size": POSITIVE_INT,
-    "data.eval_batches": optional(POSITIVE_INT),
-    "data.num_workers": int_at_least(0),
-    "data.mask_prob": number_in(0, 1, lo_open=True),
     "callbacks.checkpoint.save_top_k": int_at_least(-1),
     "logger.wandb.probe_timeout": POSITIVE,
     "logger.wandb.init_timeout": POSITIVE,
@@ -154,7 +146,7 @@ def check_values(cfg: DictConfig) -> None:
         present, value = _value(cfg, key)
         if present and not ok(value):
             _refuse(key, value, what)
-    for key, ok, what in task_config.RANGES:  # what the task schemas' types cannot say
+    for key, ok, what in (*task_config.RANGES, *data_config.RANGES):  # what the schemas' types cannot say
         present, value = _value(cfg, key)
         if present and not _within(ok, value):
             _refuse(key, value, what)

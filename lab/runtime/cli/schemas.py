@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
+from lab.data import config as data
 from lab.tasks import config as task
 
 SCHEMAS: list[tuple[str, str, type]] = [
@@ -17,6 +18,16 @@ SCHEMAS: list[tuple[str, str, type]] = [
     ("schema/task/scheduler", "warmup_cosine", task.WarmupCosineConfig),
     ("schema/task/scheduler", "inverse_sqrt", task.InverseSqrtConfig),
     ("schema/task/scheduler", "warmup_stable_decay", task.WarmupStableDecayConfig),
+    ("schema/data", "lm", data.LMDataConfig),
+    ("schema/data", "mlm", data.MLMDataConfig),
+    ("schema/data", "text_classification", data.TextClassificationDataConfig),
+    ("schema/data", "labelled_files", data.LabelledFilesDataConfig),
+    ("schema/data", "parallel", data.ParallelDataConfig),
+    ("schema/data", "parallel_text", data.ParallelTextDataConfig),
+    ("schema/data/corpus", "shakespeare", data.ShakespeareConfig),
+    ("schema/data/corpus", "text_files", data.TextFilesConfig),
+    ("schema/data/corpus", "ding", data.DingConfig),
+    ("schema/data/source", "movie_reviews", data.MovieReviewsConfig),
 ]
 
 for group, name, node in SCHEMAS:
