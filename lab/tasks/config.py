@@ -34,7 +34,8 @@ class AdamWConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     weight_decay: float = 0.01
-    fused: bool | None = None  # one kernel for all tensors on a GPU; None: torch's choice
+    fused: bool | None = None
+    """one kernel for all tensors on a GPU; None: torch's choice."""
 
 
 @dataclass
@@ -89,11 +90,11 @@ class Finetune:
     """task.finetune: what a run that starts from pretrained weights (model.init_from) trains."""
 
     freeze_embeddings: bool = False
-    """Token and position embeddings keep their values (a tied output layer is the same tensor: it keeps them too)."""
+    """token and position embeddings keep their values (a tied output layer is the same tensor: it keeps them too)."""
     freeze_blocks: int = 0
-    """The first N blocks of every stack (encoder and decoder alike) keep their values."""
+    """the first N blocks of every stack (encoder and decoder alike) keep their values."""
     head_lr: float | None = None
-    """Learning rate of the head: every parameter outside the embeddings and the blocks (a classifier's pooler and
+    """learning rate of the head: every parameter outside the embeddings and the blocks (a classifier's pooler and
     classifier, an untied output layer). None: the optimizer's lr. Schedules scale it as they scale the lr."""
 
     def apply(self, model: nn.Module) -> set[int]:
@@ -145,15 +146,18 @@ class Samples:
 @dataclass
 class LanguageModelTaskConfig(TaskConfig):
     _target_: str = "lab.tasks.language_model.LanguageModelTask"
-    samples: Samples | None = field(default_factory=Samples)  # null: none
+    samples: Samples | None = field(default_factory=Samples)
+    """texts generated after every validation and at the end (log + W&B table); null: none."""
 
 
 @dataclass
 class ClassificationTaskConfig(TaskConfig):
     _target_: str = "lab.tasks.classification.ClassificationTask"
     label_smoothing: float = 0.0
-    class_weights: list[float] | None = None  # e.g. [1.0, 3.0] to up-weight a rare label
-    num_examples: int = 8  # misclassified validation examples logged after each validation
+    class_weights: list[float] | None = None
+    """E.g. [1.0, 3.0] to up-weight a rare label."""
+    num_examples: int = 8
+    """misclassified validation examples logged after each validation."""
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import Any
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 # Typed schemas of config nodes whose _target_ takes them as **kwargs.
-SCHEMAS = {"model": "lab.nn.config.TransformerConfig", "model.moe": "lab.nn.moe.MoEConfig"}
+SCHEMAS = {"model": "lab.nn.config.TransformerConfig", "model.moe": "lab.nn.moe.MoEConfig",
+           "task.finetune": "lab.tasks.config.Finetune", "task.samples": "lab.tasks.config.Samples"}
 KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(.*)$")
 
 
@@ -117,6 +118,17 @@ def documented_fields(target: Any) -> dict[str, str]:
     return out
 
 
+def registered_schemas(target: str) -> list[str]:
+    """The structured-config schemas (lab.runtime.cli.schemas) of nodes with this `_target_`, and the schemas
+    (whose field docstrings describe its keys)."""
+    import dataclasses  # noqa: PLC0415
+
+    from lab.runtime.cli.schemas import SCHEMAS as REGISTERED  # noqa: PLC0415
+
+    return [f"{node.__module__}.{node.__qualname__}" for _, _, node in REGISTERED
+            if {f.name: f.default for f in dataclasses.fields(node)}.get("_target_") == target]
+
+
 def schema_comments(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Descriptions of every node's keys from its `_target_` (or SCHEMAS) documentation."""
     from hydra.utils import get_object  # noqa: PLC0415
@@ -124,7 +136,7 @@ def schema_comments(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     targets = [SCHEMAS[prefix]] if prefix in SCHEMAS else []
     if isinstance(tree.get("_target_"), str):
-        targets.append(tree["_target_"])
+        targets += [*registered_schemas(tree["_target_"]), tree["_target_"]]
     for name in targets:
         try:
             fields = documented_fields(get_object(name))
@@ -169,6 +181,8 @@ def render(config_name: str, overrides: list[str], usage: str) -> str:
     """The help text of one Hydra entry point composed with these overrides."""
     from hydra import compose, initialize_config_dir  # noqa: PLC0415
     from omegaconf import OmegaConf  # noqa: PLC0415
+
+    import lab.runtime.cli.schemas  # noqa: F401, PLC0415 - the structured configs conf/ names
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
