@@ -275,8 +275,18 @@ def check_schema_keys(node, where: str) -> None:
         check_schema_keys(node._get_node(key), f"{where}.{key}")
 
 
+def check_top_level(cfg: DictConfig) -> None:
+    """The top-level values that typed keys interpolate (data.seed: int = ${seed}), first: a wrong one is named
+    by its own key (seed='abc'), not as the typed key that cannot take it."""
+    for key, (ok, what) in RULES.items():
+        present, value = _value(cfg, key) if "." not in key else (False, None)
+        if present and not ok(value):
+            _refuse(key, value, what)
+
+
 def check_config(cfg: DictConfig) -> None:
     """All checks, cheapest first; the first mistake found is raised as one LabError."""
+    check_top_level(cfg)
     check_missing(cfg)
     resolved = check_resolves(cfg)
     check_values(resolved)
