@@ -1,8 +1,10 @@
 """Every config mistake in one line, before any data is fetched or model built (the first step of lab.train).
 
-Hydra composes the config without a schema, so a wrong type (`trainer.max_steps=abc`), an impossible value
-(`task.optimizer.lr=-1`), a key added with `+` that nothing takes, or a `???` left unset would otherwise
-surface minutes later as a traceback from deep inside Lightning or torch. check_config raises one LabError
+`task` and `data` are composed onto typed schemas (lab.tasks.config, lab.data.config: OmegaConf refuses a
+wrong type or an unknown key while composing, translated in lab.runtime.cli.errors); the other sections have
+none. An impossible value (`task.optimizer.lr=-1`, `trainer.max_steps=abc`), a key added with `+` that nothing
+takes, or a `???` left unset would otherwise surface minutes later as a traceback from deep inside Lightning or
+torch. Ranges are the schemas' RANGES (next to them) and RULES here for the sections without a schema. check_config raises one LabError
 naming the key, what is wrong and how to fix it. A warmup longer than the run is only warned about: every
 short test of a real experiment (lab's own tests, benchmarks and documented commands) has one. (Unknown keys without `+`, unknown group options and
 parse errors are Hydra's own errors, translated in lab.runtime.cli.errors.)"""
