@@ -167,7 +167,7 @@ MUTANTS = [
      ["tests/test_finetune.py"]),
     ("muon's schema resets the task's lr", "lab/tasks/config.py",
      '    lr: float = MISSING\n', '    lr: float = 1e-3\n',
-     ["tests/test_recipe.py::test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings"]),
+     ["tests/test_schemas.py"]),
     ("a key added with + to a schema node is let through", "lab/runtime/cli/config_checks.py",
      "if fields is not None and key not in fields:", "if False:", ["tests/test_finetune.py"]),
     ("a data range is not checked", "lab/data/config.py",
