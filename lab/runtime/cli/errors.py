@@ -137,6 +137,9 @@ def hydra_error_line(e: BaseException) -> str | None:
         lines = text.splitlines()
         return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
     if isinstance(e, ConfigCompositionException):
+        present = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+        if present:  # e.g. a key a schema declares (task.optimizer.eps): it is set, not added
+            return f"{present.group(1)} is already a setting; give {present.group(1)}=<value> without the +"
         found = re.search(r"Could not override '([^']+)'", text)
         append = re.search(r"use (\+\S+)", text)
         if found and "No match in the defaults list" in text:
