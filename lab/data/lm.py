@@ -8,12 +8,12 @@ import logging
 from functools import partial
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
+from lab.data.datamodule import LabDataModule
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport
 from lab.data.tokenizers import (
@@ -54,7 +54,7 @@ class RandomWindows(Dataset):
         return chunk[:-1], chunk[1:]  # inputs, next-token targets: [T], [T]
 
 
-class LMDataModule(L.LightningDataModule):
+class LMDataModule(LabDataModule):
     """Fields:
     corpus: a corpus object with `.files(cache_dir)` and `.key(files, verify)` (lab.data.corpora).
     tokenizer: char | bpe (byte-level BPE trained on the train split); vocab_size: BPE vocabulary size.
@@ -98,7 +98,6 @@ class LMDataModule(L.LightningDataModule):
         self.eval_stride, self.verify = eval_stride or max(1, block_size // 2), verify
         self.tokenizer_from = None if tokenizer_from is None else Path(tokenizer_from).expanduser()
         self.shard_bytes = shard_bytes(shard_mb)
-        self.tokenizer = None
         self._dir: Path | None = None
 
     def _prepared_dir(self) -> tuple[Path, list]:
@@ -139,8 +138,7 @@ class LMDataModule(L.LightningDataModule):
             self.prepare_data()
         self.meta = json.loads((out / MANIFEST).read_text())
         report, splits = DataReport.from_dict(self.meta["report"]), self.meta["splits"]
-        if hasattr(self.corpus, "listing"):  # files the user listed twice (read once): not in the cached manifest
-            report.merge(self.corpus.listing)
+        report.merge(self.corpus.listing)  # files the user listed twice (read once): not in the cached manifest
         for split, facts in splits.items():
             report.split(split, documents=facts["documents"], characters=facts["characters"], tokens=facts["tokens"])
             if not facts["names"] and split != "train":
@@ -173,13 +171,8 @@ class LMDataModule(L.LightningDataModule):
         """What the model needs to know about the data: the one place vocab facts come from."""
         return {"vocab_size": self.tokenizer.vocab_size, "eos_id": self.tokenizer.token_id(EOS)}
 
-    @property
-    def val_tokens_per_byte(self) -> float:
-        return self.meta["splits"]["val"]["tokens"] / self.meta["splits"]["val"]["bytes"]
-
-    @property
-    def test_tokens_per_byte(self) -> float:
-        facts = self.meta["splits"][self.test_split]
+    def tokens_per_byte(self, stage: str) -> float:
+        facts = self.meta["splits"][self.test_split if stage == "test" else "val"]
         return facts["tokens"] / facts["bytes"]
     def _per_device_batch(self) -> int:
         return per_device_batch(self.batch_size, self.trainer)

@@ -14,7 +14,6 @@ import logging
 from functools import partial
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -22,7 +21,8 @@ from torch.utils.data import DataLoader
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import write_once
 from lab.data.classification import BERT_SPECIALS
-from lab.data.corpora import FilePlan
+from lab.data.corpora import FilePlan, StreamedCorpus
+from lab.data.datamodule import LabDataModule
 from lab.data.shards import MANIFEST, Progress, Shard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.sources.text import normalize_sentence
@@ -166,9 +166,9 @@ def planned(corpus, cache_dir: Path, verify: str) -> tuple[list[FilePlan], str, 
     """A corpus as files to stream and its cache key. A corpus with `files()` (text files, Shakespeare) is
     streamed from its files; one with only `load()` -> Documents (a labelled data set's sentences: small, held
     in memory by its own loader) is written once as JSON lines in the cache, a record per document."""
-    if hasattr(corpus, "files"):
+    if isinstance(corpus, StreamedCorpus):
         files = corpus.files(cache_dir)
-        return files, corpus.key(files, verify), getattr(corpus, "listing", DataReport())
+        return files, corpus.key(files, verify), corpus.listing
     docs = corpus.load(cache_dir)
     fmt, plans = FileFormat(prefix="data.corpora."), []
     for split, items in (("train", docs.train), ("val", docs.val)):
@@ -179,7 +179,7 @@ def planned(corpus, cache_dir: Path, verify: str) -> tuple[list[FilePlan], str, 
     return plans, docs.fingerprint, docs.report
 
 
-class MLMDataModule(L.LightningDataModule):
+class MLMDataModule(LabDataModule):
     """Fields:
     corpora: unlabelled corpora, concatenated: lab.data.corpora's (TextFiles, Shakespeare: streamed, with
     their val / test parts) or any with load(cache_dir) -> Documents (train and val, held in memory once).
@@ -207,7 +207,7 @@ class MLMDataModule(L.LightningDataModule):
         self.masking = {"mask_prob": mask_prob, "replace_mask": replace_mask, "replace_random": replace_random}
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
-        self.verify, self.tokenizer, self.shard_bytes = verify, None, shard_bytes(shard_mb)
+        self.verify, self.shard_bytes = verify, shard_bytes(shard_mb)
 
     def _plan(self) -> tuple[Path, Path, list[FilePlan], DataReport]:
         """-> (the prepared directory, the tokenizer's cache file, the files, what planning read)."""

@@ -16,13 +16,13 @@ import re
 import tempfile
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from lab.data.batching import BucketBatchSampler, pad_batch, per_device_batch
 from lab.data.cache import publish_dir
+from lab.data.datamodule import LabDataModule
 from lab.data.sources.packages import DebianPackage, sha256_of
 from lab.data.sources.reading import (
     OVERLAP,
@@ -97,6 +97,7 @@ class Ding:
     """German-English sentence pairs from the Ding dictionary in Debian's trans-de-en (pinned, verified)."""
 
     name = "ding-de-en"
+    prefix = "data.corpus."  # where its settings live in the config (messages name them)
     rules = "ding_pairs-1"  # change when ding_pairs changes what it keeps: prepared caches are keyed by it
 
     def fingerprint(self) -> str:
@@ -193,7 +194,9 @@ class PairDataset(Dataset):
                                     for side in ("source", "target"))
         offsets = np.load(directory / f"{split}.offsets.npy")  # [N + 1, 2]: start of pair i's source, target ids
         self.source_offsets, self.target_offsets = offsets[:, 0], offsets[:, 1]
-        self.texts = self.pairs if hold_texts else None
+        self.texts: list[tuple[str, str]] | None = None
+        if hold_texts:
+            self.texts = self.pairs
 
     def __len__(self) -> int:
         return len(self.source_offsets) - 1
@@ -205,7 +208,7 @@ class PairDataset(Dataset):
     @property
     def pairs(self) -> list[tuple[str, str]]:
         """(source, reference) of every pair, in split order (read from disk for the training split)."""
-        if getattr(self, "texts", None) is not None:
+        if self.texts is not None:
             return self.texts
         with open(self.texts_path, encoding="utf-8") as f:
             return [tuple(json.loads(line)) for line in f]
@@ -266,9 +269,9 @@ def write_split(directory: Path, split: str, pairs: list[Pair], tokenizer, max_t
     return {"pairs": kept, "dropped_long": dropped, "source_tokens": totals[0], "target_tokens": totals[1]}
 
 
-class ParallelDataModule(L.LightningDataModule):
+class ParallelDataModule(LabDataModule):
     """Fields:
-    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`, and
+    corpus: Ding() or ParallelFiles(...) (`.load(cache_dir, report) -> {split: [(source, target, where)]}`, `.prefix`, and
     `.fingerprint()`: what its pairs depend on, without reading them).
     reverse: translate target -> source (English -> German on Ding).
     valid_size / test_size: pairs held out of train (seeded) for splits the corpus does not provide.
@@ -305,7 +308,6 @@ class ParallelDataModule(L.LightningDataModule):
         self.batch_tokens, self.eval_batches = batch_tokens, eval_batches
         self.cache_dir, self.seed, self.num_workers = Path(cache_dir).expanduser(), seed, num_workers
         self.tokenizer_from = None if tokenizer_from is None else Path(tokenizer_from).expanduser()
-        self.tokenizer = None
         self.datasets: dict[str, PairDataset] = {}
 
     def _split(self, loaded: dict[str, list[Pair]], report: DataReport) -> dict[str, list[Pair]]:
@@ -320,7 +322,7 @@ class ParallelDataModule(L.LightningDataModule):
                 splits[split] = [train[i] for i in order[taken : taken + size]]
                 taken += size
         if len(train) - taken < max(taken, 1):
-            files = getattr(self.corpus, "prefix", "data.corpus.")  # where the file fields live in the config
+            files = self.corpus.prefix  # where the file fields live in the config
             raise DataError(f"{len(train)} training pairs is too few to hold out {taken} for valid/test; give "
                             f"{files}valid_file / test_file or lower data.valid_size/test_size")
         held = set(order[:taken])

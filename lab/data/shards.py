@@ -118,7 +118,7 @@ class Encoder:
 
     def __init__(self, tok, dtype: np.dtype):
         self.tok, self.dtype = tok, dtype
-        self.batch = getattr(tok, "encode_batch", None) or (lambda pieces: [tok.encode(p) for p in pieces])
+        self.batch = tok.encode_batch
 
     def __call__(self, pieces: list[str]) -> np.ndarray:
         lists = self.batch(pieces) if pieces else []

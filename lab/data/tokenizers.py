@@ -43,6 +43,9 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.itos)
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
     def token_id(self, token: str) -> int | None:
         return self.stoi.get(token) if token in self.special_tokens else None
 

@@ -55,8 +55,7 @@ def train(cfg: DictConfig) -> float | None:
             datamodule.prepare_data()
             datamodule.setup("fit")
         check_vocabulary(resume, datamodule.vocab)
-        data_report = getattr(datamodule, "report", {})  # what was read, dropped, truncated
-        run_dir.save_data_report(data_report)
+        run_dir.save_data_report(datamodule.report)  # what was read, dropped, truncated
         model = build_model(cfg.model, datamodule.vocab)
         task = instantiate(cfg.task, model=model)
         task.lab_metadata = metadata_for(resolved, datamodule)  # what lab.generate & co. rebuild the model from
@@ -65,7 +64,7 @@ def train(cfg: DictConfig) -> float | None:
         log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
 
         params = {"params/total": counts["total"], "params/active": counts["active"]}
-        trainer, loggers = build_trainer(cfg, datamodule, run_dir, {**resolved, "data_report": data_report, **params})
+        trainer, loggers = build_trainer(cfg, datamodule, run_dir, {**resolved, "data_report": datamodule.report, **params})
         log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, run_dir.path)
         metrics = fit_and_test(cfg, trainer, loggers, task, datamodule, resume, run_dir)
     RunDir.record_final_metrics({**metrics, **params})  # status.json keeps them; sweeps optimise them

@@ -4,72 +4,19 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
-from torch import nn
 
 from lab.models.base import LabModel
-from lab.nn import Aux, ConfigError
+from lab.nn import Aux
 from lab.nn.fsdp import ShardsBlocks, fully_shard_blocks
 from lab.nn.params import count_parameters
 from lab.nn.roles import NO_DECAY_ROLES
+from lab.tasks.config import Finetune
 
 log = logging.getLogger("lab")
-
-
-@dataclass
-class Finetune:
-    """task.finetune: what a run that starts from pretrained weights (model.init_from) trains."""
-
-    freeze_embeddings: bool = False
-    """Token and position embeddings keep their values (a tied output layer is the same tensor: it keeps them too)."""
-    freeze_blocks: int = 0
-    """The first N blocks of every stack (encoder and decoder alike) keep their values."""
-    head_lr: float | None = None
-    """Learning rate of the head: every parameter outside the embeddings and the blocks (a classifier's pooler and
-    classifier, an untied output layer). None: the optimizer's lr. Schedules scale it as they scale the lr."""
-
-    @classmethod
-    def from_config(cls, values) -> Finetune:
-        """task.finetune's values, each checked: one ConfigError naming the key and what it must be."""
-        values = dict(values or {})
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(f"task.finetune has no {', '.join(unknown)}; its keys: {', '.join(cls.__dataclass_fields__)}")
-        f = cls(**values)
-        if not isinstance(f.freeze_embeddings, bool):
-            raise ConfigError(f"task.finetune.freeze_embeddings={f.freeze_embeddings} must be true or false")
-        if isinstance(f.freeze_blocks, bool) or not isinstance(f.freeze_blocks, int) or f.freeze_blocks < 0:
-            raise ConfigError(f"task.finetune.freeze_blocks={f.freeze_blocks} must be an integer >= 0")
-        if f.head_lr is not None and (isinstance(f.head_lr, bool) or not isinstance(f.head_lr, int | float) or f.head_lr <= 0):
-            raise ConfigError(f"task.finetune.head_lr={f.head_lr} must be a number > 0, or null for the optimizer's lr")
-        return f
-
-    def apply(self, model: nn.Module) -> set[int]:
-        """Freeze what is asked, said in one line; -> ids of the head's parameters."""
-        from lab.nn import Embeddings, TransformerStack  # noqa: PLC0415
-
-        body, frozen = set(), []
-        for m in model.modules():
-            if isinstance(m, Embeddings):
-                body |= {id(p) for p in m.parameters()}
-                frozen += list(m.parameters()) if self.freeze_embeddings else []
-            elif isinstance(m, TransformerStack):
-                body |= {id(p) for p in m.parameters()}
-                if self.freeze_blocks > len(m.layers):
-                    raise ConfigError(f"task.finetune.freeze_blocks={self.freeze_blocks} but a stack has "
-                                      f"{len(m.layers)} blocks; give at most {len(m.layers)}")
-                frozen += [p for block in m.layers[: self.freeze_blocks] for p in block.parameters()]
-        for p in frozen:
-            p.requires_grad_(False)
-        if frozen:
-            log.info("finetune: %d of %d parameter tensors frozen (embeddings: %s, first %d block(s) of each stack)",
-                     len({id(p) for p in frozen}), len(list(model.parameters())),
-                     "yes" if self.freeze_embeddings else "no", self.freeze_blocks)
-        return {id(p) for p in model.parameters() if id(p) not in body}
 
 
 class Task(L.LightningModule):
@@ -88,7 +35,7 @@ class Task(L.LightningModule):
         super().__init__()
         self.model = model
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        self.finetune = Finetune.from_config(finetune)
+        self.finetune = Finetune(**dict(finetune or {}))  # task.finetune, checked by its schema (lab.tasks.config)
         self.head_ids = self.finetune.apply(model)
         self.lab_metadata: dict[str, Any] = {}  # resolved config + tokenizer, set by the entry point
         # (source, reference, hypothesis) of the last test, in split order: what lab.eval writes and compares

@@ -91,8 +91,8 @@ class ClassificationTask(Task):
             self.mistakes.append([ids[i].tolist(), int(labels[i]), int(probs[i].argmax()), float(probs[i].max())])
 
     def _label_names(self) -> list[str]:
-        dm = getattr(self.trainer, "datamodule", None)
-        return list(getattr(dm, "labels", None) or range(self.model.classifier.out_features))
+        dm = self.trainer.datamodule  # a lab.data.datamodule.LabDataModule
+        return list(dm.labels if dm is not None and dm.labels else range(self.model.classifier.out_features))
 
     def _log_split(self, stage: str) -> None:
         values = self._metrics(stage).compute()  # synced across processes by torchmetrics
@@ -114,7 +114,7 @@ class ClassificationTask(Task):
     def on_validation_epoch_end(self) -> None:
         self._log_split("val")
         if self.mistakes and not self.trainer.sanity_checking:
-            tok = getattr(self.trainer.datamodule, "tokenizer", None)
+            tok = self.trainer.datamodule.tokenizer
             names = [str(n) for n in self._label_names()]
             rows = [[tok.decode(ids) if tok else str(ids), names[y], names[p], round(q, 3)] for ids, y, p, q in self.mistakes]
             self.log_examples("val/misclassified", ["text", "label", "predicted", "prob"], rows)

@@ -57,7 +57,7 @@ class LanguageModelTask(Task):
     def _log_eval(self, stage: str) -> None:
         loss = self.val_loss.compute()  # synced across processes by torchmetrics
         self.val_loss.reset()
-        tokens_per_byte = getattr(self.trainer.datamodule, f"{stage}_tokens_per_byte", None)
+        tokens_per_byte = self.trainer.datamodule.tokens_per_byte(stage)
         metrics = {f"{stage}/loss": loss, f"{stage}/ppl": torch.exp(loss)}
         if tokens_per_byte:
             metrics[f"{stage}/bpb"] = loss * tokens_per_byte / math.log(2)

@@ -125,7 +125,7 @@ def test_datamodule_tokenizes_once_and_reports_vocab(tmp_path):
     dm.prepare_data()
     dm.setup()
     assert dm.vocab == {"vocab_size": 10, "eos_id": 0}  # 9 characters + <|endoftext|>
-    assert len(dm.train_tokens) == 4050 + 1 and abs(dm.val_tokens_per_byte - 1.0) < 1e-9
+    assert len(dm.train_tokens) == 4050 + 1 and abs(dm.tokens_per_byte("val") - 1.0) < 1e-9
     built = sorted((tmp_path / "c" / "lm").iterdir())
     dm2 = LMDataModule(TextFiles(str(tmp_path / "t.txt")), tokenizer="char", block_size=8, batch_size=4, cache_dir=tmp_path / "c")
     dm2.prepare_data()

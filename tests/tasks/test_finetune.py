@@ -1,11 +1,14 @@
 """task.finetune: frozen embeddings / first blocks keep their values, the head trains at its own learning rate."""
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import pytest
 import torch
+from omegaconf import open_dict
 
+from lab.errors import LabError
 from lab.models.encoder import EncoderClassifier
 from lab.models.seq2seq import EncoderDecoder
 from lab.nn import ConfigError
@@ -46,11 +49,22 @@ def test_freeze_blocks_freezes_the_first_blocks_of_every_stack():
     assert frozen == {n for n, _ in model.named_parameters() if n.startswith(("encoder.layers.0.", "decoder.layers.0."))}
 
 
-@pytest.mark.parametrize("finetune, named", [
-    ({"freeze_blocks": 4}, "freeze_blocks=4 but a stack has 3 blocks"),
-    ({"head_lr": 0}, "head_lr=0 must be a number > 0"),
-    ({"freeze_layers": 1}, "task.finetune has no freeze_layers"),
+def test_more_finetune_blocks_than_a_stack_has_is_one_error():
+    with pytest.raises(ConfigError, match="freeze_blocks=4 but a stack has 3 blocks"):
+        _classifier_task(freeze_blocks=4)
+
+
+@pytest.mark.parametrize("override, named", [
+    ("task.finetune.head_lr=0", "task.finetune.head_lr=0.0 must be a number > 0"),
+    ("task.finetune.freeze_blocks=-1", "task.finetune.freeze_blocks=-1 must be an integer >= 0"),
+    ("+task.finetune.freeze_layers=1", "task.finetune.freeze_layers is not a setting of task.finetune (Finetune); "
+                                       "did you mean task.finetune.freeze_blocks?"),
 ])
-def test_bad_finetune_settings_are_one_error(finetune, named):
-    with pytest.raises(ConfigError, match=named):
-        _classifier_task(**finetune)
+def test_bad_finetune_settings_are_one_error_before_anything_is_built(compose, override, named):
+    from lab.runtime.cli.config_checks import check_config
+
+    cfg = compose(["+experiment=encoder_classifier", "paths.output_dir=/tmp/x", override])
+    with open_dict(cfg):
+        del cfg["hydra"]
+    with pytest.raises(LabError, match=re.escape(named)):
+        check_config(cfg)

@@ -1,10 +1,11 @@
 """Every config mistake in one line, before any data is fetched or model built (the first step of lab.train).
 
-Hydra composes model.* against its typed schema (lab.runtime.cli.schemas): OmegaConf refuses a wrong type or an
-unknown key there, and the schema's own validation (ranges, choices, cross-field rules) runs in check_schemas. In
-the other sections a wrong type (`trainer.max_steps=abc`), an impossible value (`task.optimizer.lr=-1`), a key
-added with `+` that nothing takes, or a `???` left unset would otherwise
-surface minutes later as a traceback from deep inside Lightning or torch. check_config raises one LabError
+Hydra composes model.*, task.* and data.* onto typed schemas (lab.runtime.cli.schemas): OmegaConf refuses a wrong
+type or an unknown key while composing (translated in lab.runtime.cli.errors); what a type cannot say runs here,
+from the schemas' side (the model schemas' own validation in check_schemas, the task and data schemas' RANGES).
+The other sections have no schema: a wrong type (`trainer.max_steps=abc`), an impossible value, a key added with
+`+` that nothing takes, or a `???` left unset would otherwise surface minutes later as a traceback from deep inside
+Lightning or torch. check_config raises one LabError
 naming the key, what is wrong and how to fix it. A warmup longer than the run is only warned about: every
 short test of a real experiment (lab's own tests, benchmarks and documented commands) has one. (Unknown keys without `+`, unknown group options and
 parse errors are Hydra's own errors, translated in lab.runtime.cli.errors.)"""
@@ -19,7 +20,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from lab.data import config as data_config
 from lab.errors import LabError
+from lab.tasks import config as task_config
 
 log = logging.getLogger("lab")
 
@@ -83,23 +86,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "trainer.devices": ((lambda v: v == "auto" or (_is_int(v) and (v >= 1 or v == -1))
                          or (isinstance(v, list | ListConfig) and len(v) > 0 and all(_is_int(d) and d >= 0 for d in v))),
                         "auto, a positive number of devices (-1: all) or a list of device indices"),
-    "task.optimizer.lr": POSITIVE,
-    "task.optimizer.weight_decay": number_in(0),
-    "task.optimizer.eps": POSITIVE,
-    "task.optimizer.betas": ((lambda v: isinstance(v, list | ListConfig) and len(v) == 2
-                              and all(_is_number(b) and 0 <= b < 1 for b in v)), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
-    "task.scheduler.warmup_steps": int_at_least(0),
-    "task.scheduler.min_lr": number_in(0),
-    "task.label_smoothing": number_in(0, 1),
-    "data.batch_size": POSITIVE_INT,
-    "data.eval_batch_size": POSITIVE_INT,
-    "data.batch_tokens": optional(POSITIVE_INT),
-    "data.max_length": POSITIVE_INT,
-    "data.max_tokens": POSITIVE_INT,
-    "data.vocab_size": POSITIVE_INT,
-    "data.eval_batches": optional(POSITIVE_INT),
-    "data.num_workers": int_at_least(0),
-    "data.mask_prob": number_in(0, 1, lo_open=True),
     "callbacks.checkpoint.save_top_k": int_at_least(-1),
     "logger.wandb.probe_timeout": POSITIVE,
     "logger.wandb.init_timeout": POSITIVE,
@@ -119,6 +105,14 @@ _MISSING_KEY = object()
 
 def _refuse(key: str, value: Any, what: str) -> None:
     raise LabError(f"{key}={value!r} must be {what}; set {key}=<that> on the command line (or in the experiment)")
+
+
+def _within(ok: Callable[[Any], bool], value: Any) -> bool:
+    """A RANGES row's test; a value of another type (in an untyped node, e.g. an inline schedule) fails it."""
+    try:
+        return not isinstance(value, bool) and bool(ok(value))
+    except TypeError:
+        return False
 
 
 def check_missing(cfg: DictConfig) -> None:
@@ -148,6 +142,10 @@ def check_values(cfg: DictConfig) -> None:
         present, value = _value(cfg, key)
         if present and not ok(value):
             _refuse(key, value, what)
+    for key, ok, what in (*task_config.RANGES, *data_config.RANGES):  # what the schemas' types cannot say
+        present, value = _value(cfg, key)
+        if present and not _within(ok, value):
+            _refuse(key, value, what)
     for section in ("task",):
         for key, value in _walk(cfg.get(section), section):
             if key.rsplit(".", 1)[-1].endswith(PROBABILITY_KEYS) and value is not None and not (_is_number(value) and 0 <= value < 1):
@@ -158,11 +156,8 @@ def check_values(cfg: DictConfig) -> None:
         log.warning("task.scheduler.warmup_steps=%d > trainer.max_steps=%d: the learning rate never reaches its peak "
                     "(%.0f%% of it at the last step); lower warmup_steps unless this is a short test", warmup, steps,
                     100 * steps / warmup)
-    present, min_lr = _value(cfg, "task.scheduler.min_lr")
-    lr = OmegaConf.select(cfg, "task.optimizer.lr", default=None)
-    if present and _is_number(lr) and min_lr > lr:
-        raise LabError(f"task.scheduler.min_lr={min_lr} > task.optimizer.lr={lr}: the schedule would raise the "
-                       "learning rate; set min_lr below lr")
+    if "task" in cfg:
+        task_config.check_task(cfg.task)
     check_devices(cfg.get("trainer") or {})
     check_registered(cfg.get("trainer") or {})
 
@@ -260,10 +255,38 @@ def check_schemas(cfg: DictConfig) -> None:
             OmegaConf.to_object(node)  # its __post_init__ raises a ConfigError naming the key
 
 
+def check_schema_keys(node, where: str) -> None:
+    """A key added with `+` to a node that has a schema (Hydra's `+` lets one in) must be one of its fields:
+    otherwise nothing would read it."""
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in node:
+        if fields is not None and key not in fields:
+            from lab.runtime.cli.errors import did_you_mean  # noqa: PLC0415
+
+            hint = did_you_mean(str(key), [f"{where}.{f}" for f in fields if not f.startswith("_")], f"{where}.")
+            raise LabError(f"{where}.{key} is not a setting of {where} ({schema.__name__}){hint}; remove it (or fix its name)")
+        check_schema_keys(node._get_node(key), f"{where}.{key}")
+
+
+def check_top_level(cfg: DictConfig) -> None:
+    """The top-level values that typed keys interpolate (data.seed: int = ${seed}), first: a wrong one is named
+    by its own key (seed='abc'), not as the typed key that cannot take it."""
+    for key, (ok, what) in RULES.items():
+        present, value = _value(cfg, key) if "." not in key else (False, None)
+        if present and not ok(value):
+            _refuse(key, value, what)
+
+
 def check_config(cfg: DictConfig) -> None:
-    """All checks, cheapest first; the first mistake found is raised as one LabError (or ConfigError)."""
+    """All checks, cheapest first; the first mistake found is raised as one LabError."""
+    check_top_level(cfg)
     check_missing(cfg)
     resolved = check_resolves(cfg)
     check_values(resolved)
-    check_arguments(cfg)
+    check_arguments(cfg)  # a `_target_`'s unknown key is named with its target's signature; the other nodes':
+    for section in ("task", "data"):
+        check_schema_keys(cfg.get(section), section)
     check_schemas(cfg)

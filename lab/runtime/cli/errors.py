@@ -142,6 +142,9 @@ def hydra_error_line(e: BaseException) -> str | None:
         lines = text.splitlines()
         return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
     if isinstance(e, ConfigCompositionException):
+        present = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+        if present:  # e.g. a key a schema declares (task.optimizer.eps): it is set, not added
+            return f"{present.group(1)} is already a setting; give {present.group(1)}=<value> without the +"
         found = re.search(r"Could not override '([^']+)'", text)
         append = re.search(r"use (\+\S+)", text)
         if found and "No match in the defaults list" in text:
@@ -162,6 +165,9 @@ def hydra_error_line(e: BaseException) -> str | None:
         if present:  # e.g. a hint written for a config without the model's schema: every field exists now
             return f"{present.group(1)} is already a config key: give it without the +, {present.group(2)}"
         cause = e.__cause__
+        typed = schema_error_line(cause) if isinstance(cause, OmegaConfBaseException) else None
+        if typed:
+            return typed
         if isinstance(cause, ValidationError) and cause.full_key:  # a command-line value
             return schema_type_error(cause.full_key, str(cause).splitlines()[0])
         in_file = re.search(r"^In '([^']+)': \w+ raised while composing config:\n(.*)\n\s*full_key: (\S+)", text, re.M)
@@ -201,6 +207,44 @@ def schema_type_error(key: str, text: str, file: str | None = None) -> str:
     if file:
         return f"{key}={value} in {file} must be {what}; fix it there"
     return f"{key}={value} must be {what}; set {key}=<that> on the command line (or in the experiment)"
+
+
+def _kind(hint) -> str:
+    """A schema field's type in words: what the value must be."""
+    import dataclasses  # noqa: PLC0415
+    import types  # noqa: PLC0415
+    import typing  # noqa: PLC0415
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return f"{_kind(args[0])} or null" if len(args) == 1 else "one of its types"
+    if typing.get_origin(hint) is list:
+        return f"a list, e.g. [{', '.join(['0.9', '0.95'] if args[:1] == [float] else ['...'])}]"
+    if typing.get_origin(hint) is dict or dataclasses.is_dataclass(hint):
+        return "a mapping of settings, e.g. {key: value}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, "of its type")
+
+
+def schema_error_line(e) -> str | None:
+    """A value whose type its schema refuses (OmegaConf's ValidationError), or a key its schema lacks, in lab's
+    one-line form: `task.optimizer.lr='fast' must be a number; ...` (None: not such an error)."""
+    import dataclasses  # noqa: PLC0415
+    import typing  # noqa: PLC0415
+
+    from omegaconf.errors import ConfigKeyError, ValidationError  # noqa: PLC0415
+
+    schema, key = e.object_type, e.full_key
+    if not key or not isinstance(schema, type) or not dataclasses.is_dataclass(schema):
+        return None
+    leaf = str(key).rpartition(".")[2]
+    if isinstance(e, ConfigKeyError) and not isinstance(e, ValidationError):
+        parent = str(key).rpartition(".")[0]
+        hint = did_you_mean(leaf, {f"{parent}.{f}" for f in schema.__dataclass_fields__}, f"{parent}.")
+        return f"{key} is not a setting of {parent} ({schema.__name__}){hint}; remove it (or fix its name)"
+    if isinstance(e, ValidationError) and leaf in schema.__dataclass_fields__:
+        what = _kind(typing.get_type_hints(schema)[leaf])
+        return f"{key}={e.value!r} must be {what}; set {key}=<that> on the command line (or in the experiment)"
+    return None
 
 
 def _translating_run_and_report(original):

@@ -14,9 +14,11 @@ import typing
 
 from hydra.core.config_store import ConfigStore
 
+from lab.data import config as data
 from lab.models.encoder import EncoderClassifierConfig, MaskedLMConfig
 from lab.models.gpt import GPTConfig
 from lab.models.seq2seq import EncoderDecoderConfig
+from lab.tasks import config as task
 
 # (config group, name) -> schema: stored as schema/<group>/<name>.
 SCHEMAS: dict[tuple[str, str], type] = {
@@ -24,6 +26,24 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("model", "encoder_classifier"): EncoderClassifierConfig,
     ("model", "encoder_mlm"): MaskedLMConfig,
     ("model", "seq2seq"): EncoderDecoderConfig,
+    ("task", "language_model"): task.LanguageModelTaskConfig,
+    ("task", "classification"): task.ClassificationTaskConfig,
+    ("task", "mlm"): task.MLMTaskConfig,
+    ("task", "translation"): task.TranslationTaskConfig,
+    ("task/optimizer", "muon"): task.MuonAdamWConfig,
+    ("task/scheduler", "warmup_cosine"): task.WarmupCosineConfig,
+    ("task/scheduler", "inverse_sqrt"): task.InverseSqrtConfig,
+    ("task/scheduler", "warmup_stable_decay"): task.WarmupStableDecayConfig,
+    ("data", "lm"): data.LMDataConfig,
+    ("data", "mlm"): data.MLMDataConfig,
+    ("data", "text_classification"): data.TextClassificationDataConfig,
+    ("data", "labelled_files"): data.LabelledFilesDataConfig,
+    ("data", "parallel"): data.ParallelDataConfig,
+    ("data", "parallel_text"): data.ParallelTextDataConfig,
+    ("data/corpus", "shakespeare"): data.ShakespeareConfig,
+    ("data/corpus", "text_files"): data.TextFilesConfig,
+    ("data/corpus", "ding"): data.DingConfig,
+    ("data/source", "movie_reviews"): data.MovieReviewsConfig,
 }
 
 

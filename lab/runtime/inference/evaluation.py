@@ -42,10 +42,7 @@ def _test(ckpt_path: str, cfg: DictConfig):
     if split not in ("test", "valid"):
         raise LabError(f"split={split!r}: evaluate the test or the valid split")
     if split == "valid":  # e.g. to tune the length penalty on held-out data, not on the test split
-        if hasattr(datamodule, "use_for_test"):  # the LM: its full pass over the validation text, not samples
-            datamodule.use_for_test("val")
-        else:
-            datamodule.test_dataloader = datamodule.val_dataloader
+        datamodule.use_for_test("val")  # the LM's and MLM's: every token (segment) of the validation text once
         print(f"evaluating {ckpt_path} on the validation split (the metrics below are named test/*)")
     task = instantiate(run_cfg.task, model=build_model(run_cfg.model, meta["vocab"]))
     task.lab_metadata = meta

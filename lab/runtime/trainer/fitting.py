@@ -33,8 +33,7 @@ def build_trainer(cfg: DictConfig, datamodule, run_dir: RunDir, hyperparams: dic
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     run_dir.pin_wandb_run(cfg)  # preemption: every launch of this run logs to one W&B run
     loggers = build_loggers(cfg)
-    # a datamodule that gives each rank its share itself (shards_batches) must not get Lightning's sampler
-    shards_itself = getattr(datamodule, "shards_batches", False)
+    shards_itself = datamodule.shards_batches  # then it must not get Lightning's sampler
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, use_distributed_sampler=not shards_itself,
                           **progress_bar_setting(cfg.trainer, callbacks))
     for lg in loggers:
