@@ -21,6 +21,11 @@ class LabError(Exception):
     """A problem with the user's input (config, data, checkpoint); the message says what and how to fix it."""
 
 
+class ConfigError(LabError, ValueError):
+    """A config value that cannot work; the message names the key and the fix. (A ValueError too: a value is what
+    is wrong, and code that builds lab's objects from Python may catch it as one.)"""
+
+
 class DataError(LabError):
     """Missing, corrupt or unreadable data."""
 

@@ -10,11 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.errors import LabError
+from lab.errors import ConfigError, LabError
 from lab.models.base import LabModel
 from lab.nn import (
     Aux,
-    ConfigError,
     Embeddings,
     Role,
     Routing,

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lab.errors import ConfigError
 from lab.models.base import LabModel
 from lab.nn import (
     Aux,
-    ConfigError,
     Embeddings,
     KVCache,
     Role,

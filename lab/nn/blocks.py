@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab.errors import ConfigError
 from lab.nn.attention import KVCache, MultiHeadAttention, causal_mask
-from lab.nn.config import ConfigError, TransformerConfig
+from lab.nn.config import TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.norms import RMSNorm, make_norm
 from lab.nn.positions import LearnedPositions, RelativePositionBias, RotaryEmbedding, make_absolute_positions

@@ -4,10 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the field and the fix."""
-
+from lab.errors import ConfigError
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lab.errors import ConfigError
 from lab.nn.blocks import Block
-from lab.nn.config import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

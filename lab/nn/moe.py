@@ -39,7 +39,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from lab.nn.config import FFN_KINDS, ConfigError, TransformerConfig
+from lab.errors import ConfigError
+from lab.nn.config import FFN_KINDS, TransformerConfig
 from lab.nn.ffn import make_ffn
 from lab.nn.routing import RoutedFFN, Routing, StackedExperts
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import II, MISSING
 
-from lab.errors import LabError
-from lab.nn.config import ConfigError
+from lab.errors import ConfigError, LabError
 
 if TYPE_CHECKING:
     from torch import nn

@@ -12,8 +12,9 @@ from conftest import CONF
 from hydra.utils import get_class
 from omegaconf import OmegaConf, open_dict
 
+from lab.errors import ConfigError
 from lab.models import build_model
-from lab.nn import ConfigError, TransformerConfig
+from lab.nn import TransformerConfig
 from lab.runtime.cli.schemas import SCHEMAS
 
 MODEL_SCHEMAS = {name: schema for (group, name), schema in SCHEMAS.items() if group == "model"}
@@ -65,7 +66,7 @@ def test_a_checkpoint_config_written_before_the_schemas_builds_the_same_model(co
 
 @pytest.mark.parametrize("override,line", [
     ("model.d_model=abc", "model.d_model='abc' must be an integer; set model.d_model=<that> on the command line"),
-    ("model.logit_softcap=big", "model.logit_softcap='big' must be a number; set"),
+    ("model.logit_softcap=big", "model.logit_softcap='big' must be a number or null; set"),
     ("model.nlayer=2", "model.nlayer is not a config key; did you mean model.n_layers?"),
     ("model.relative_bucket=8", "model.relative_bucket is not a config key; did you mean model.relative_buckets?"),
     ("+model.embed_norm=true", "model.embed_norm is already a config key: give it without the +, model.embed_norm=true"),

@@ -8,9 +8,10 @@ import re
 import pytest
 import torch
 
+from lab.errors import ConfigError
 from lab.models.decoding import generate, sample_next
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, Role, TransformerConfig
+from lab.nn import Role, TransformerConfig
 from lab.nn.params import count_parameters
 
 VARIANTS = list(itertools.product(["pre", "post"], ["learned", "sinusoidal", "rotary"], ["relu", "gelu", "swiglu"], ["layernorm", "rmsnorm"]))

@@ -202,7 +202,7 @@ def test_grouped_query_kv_cache_decoding_equals_recomputation(head_dim):
 
 
 def test_n_kv_heads_must_divide_n_heads():
-    from lab.nn import ConfigError
+    from lab.errors import ConfigError
 
     assert TransformerConfig(n_heads=4).n_kv_heads == 4  # null: one key/value head per query head
     with pytest.raises(ConfigError, match=r"model.n_kv_heads=3 does not divide model.n_heads=4; pick n_kv_heads "
@@ -211,7 +211,7 @@ def test_n_kv_heads_must_divide_n_heads():
 
 
 def test_head_dim_is_d_model_over_n_heads_unless_set():
-    from lab.nn import ConfigError
+    from lab.errors import ConfigError
 
     assert TransformerConfig(d_model=32, n_heads=4).head_dim == 8
     assert TransformerConfig(d_model=30, n_heads=4, head_dim=16).head_dim == 16  # then n_heads need not divide d_model

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_GPT as TINY
 
+from lab.errors import ConfigError
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, SoftCap
+from lab.nn import SoftCap
 
 
 def test_softcap_by_hand_and_on_the_gpt_logits():

@@ -5,7 +5,8 @@ import pytest
 import torch
 from conftest import TINY_GPT as TINY
 
-from lab.nn import ConfigError, TransformerConfig
+from lab.errors import ConfigError
+from lab.nn import TransformerConfig
 from lab.nn.ffn import ACTIVATIONS
 
 

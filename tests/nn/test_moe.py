@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_LM, read_metrics, run_dirs, train
 
+from lab.errors import ConfigError
 from lab.models.gpt import GPT
-from lab.nn import ConfigError, TransformerConfig, TransformerStack
+from lab.nn import TransformerConfig, TransformerStack
 from lab.nn.ffn import make_ffn
 from lab.nn.moe import LOOP_MAX_EXPERTS_CPU, Experts, make_moe
 from lab.nn.params import count_parameters

@@ -8,10 +8,9 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from lab.errors import LabError
+from lab.errors import ConfigError, LabError
 from lab.models.encoder import EncoderClassifier
 from lab.models.seq2seq import EncoderDecoder
-from lab.nn import ConfigError
 from lab.tasks.classification import ClassificationTask
 from lab.tasks.translation import TranslationTask
 

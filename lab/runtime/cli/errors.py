@@ -14,14 +14,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lab.errors import LabError
-from lab.nn.config import ConfigError
 from lab.runtime.cli import schemas  # registers the typed schemas before Hydra composes
 from lab.runtime.cli.console import record_in_log_files
 from lab.runtime.rundir.ranks import run_dir
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
 log = logging.getLogger("lab")
-USER_ERRORS = (LabError, ConfigError)
+USER_ERRORS = (LabError,)
 
 
 def _sqlite_url(path: str) -> str:
@@ -53,7 +52,7 @@ OmegaConf.register_new_resolver("lab.run_dir", run_dir, replace=True)  # hydra.r
 
 
 def user_errors_exit(fn):
-    """Run an entry point; a LabError/ConfigError prints one line and exits 2 instead of a traceback."""
+    """Run an entry point; a LabError prints one line and exits 2 instead of a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -142,9 +141,6 @@ def hydra_error_line(e: BaseException) -> str | None:
         lines = text.splitlines()
         return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
     if isinstance(e, ConfigCompositionException):
-        present = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
-        if present:  # e.g. a key a schema declares (task.optimizer.eps): it is set, not added
-            return f"{present.group(1)} is already a setting; give {present.group(1)}=<value> without the +"
         found = re.search(r"Could not override '([^']+)'", text)
         append = re.search(r"use (\+\S+)", text)
         if found and "No match in the defaults list" in text:
@@ -162,7 +158,7 @@ def hydra_error_line(e: BaseException) -> str | None:
                 return f"{key} is not a config key{hint} (to add a new key on purpose: {append.group(1) if append else '+' + key})"
             return f"{key} is not a config key (to add a new key on purpose: {append.group(1) if append else '+' + key})"
         present = re.search(r"An item is already at '([^']+)'.*remove \+ prefix: '([^']+)'", text, re.S)
-        if present:  # e.g. a hint written for a config without the model's schema: every field exists now
+        if present:  # a key a schema declares (model.embed_norm, task.optimizer.eps): it is set, not added
             return f"{present.group(1)} is already a config key: give it without the +, {present.group(2)}"
         cause = e.__cause__
         typed = schema_error_line(cause) if isinstance(cause, OmegaConfBaseException) else None
@@ -242,6 +238,8 @@ def schema_error_line(e) -> str | None:
         hint = did_you_mean(leaf, {f"{parent}.{f}" for f in schema.__dataclass_fields__}, f"{parent}.")
         return f"{key} is not a setting of {parent} ({schema.__name__}){hint}; remove it (or fix its name)"
     if isinstance(e, ValidationError) and leaf in schema.__dataclass_fields__:
+        if e.value is None:  # null for a field that is not Optional
+            return f"{key}=null must be given (not null); set {key}=<that> on the command line (or in the experiment)"
         what = _kind(typing.get_type_hints(schema)[leaf])
         return f"{key}={e.value!r} must be {what}; set {key}=<that> on the command line (or in the experiment)"
     return None

@@ -89,8 +89,8 @@ CASES = {
                                      "model.init_from is required here: give model.init_from=<path to an"),
     "added-key-nothing-takes": (["+model.nlayer=2"], "model.nlayer is not an argument of lab.models.gpt.GPT; did you mean model.n_layers?"),
     "added-data-key": (["+data.batchsize=3"], "data.batchsize is not an argument of lab.data.lm.LMDataModule; did you mean data.batch_size?"),
-    "plus-on-a-schema-key": (["+task.optimizer.eps=1e-6"], "task.optimizer.eps is already a setting; give "
-                                                          "task.optimizer.eps=<value> without the +"),
+    "plus-on-a-schema-key": (["+task.optimizer.eps=1e-6"], "task.optimizer.eps is already a config key: give it "
+                                                          "without the +, task.optimizer.eps=1e-6"),
     "added-optimizer-key": (["+task.optimizer.lrate=1"], "task.optimizer.lrate is not an argument of torch.optim.AdamW"),
     "target-typo": (["model._target_=lab.models.gpt.GTP"], "model._target_='lab.models.gpt.GTP' cannot be imported"),
     "save-top-k-below-minus-one": (["callbacks.checkpoint.save_top_k=-2"], "callbacks.checkpoint.save_top_k=-2 must be"),
