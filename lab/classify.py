@@ -17,6 +17,7 @@ from lab.runtime.inference.inputs import take_text_arguments, taken
 def run(cfg: DictConfig) -> None:
     from lab.checkpoints.reading import load_model, trained_length  # noqa: PLC0415
     from lab.data.sources.text import normalize_sentence  # noqa: PLC0415
+    from lab.models.encoder import EncoderClassifier  # noqa: PLC0415
     from lab.runtime.inference.inputs import progress, read_texts, say_blank, write_lines  # noqa: PLC0415
     from lab.runtime.inference.predict import check_settings, checkpoint_for, classify, pick_device  # noqa: PLC0415
 
@@ -26,7 +27,7 @@ def run(cfg: DictConfig) -> None:
     texts = [normalize_sentence(t) for t in read_texts(taken("text"), taken("file"))]
     model, tokenizer, meta = load_model(path, device)
     labels = (meta.get("data") or {}).get("labels")
-    if getattr(model, "head_kind", None) != "sequence" or not labels:
+    if not isinstance(model, EncoderClassifier) or model.head_kind != "sequence" or not labels:
         raise LabError(f"{path} is not a sequence classifier checkpoint (with label names) from lab.train")
     todo = [i for i, t in enumerate(texts) if t]
     say_blank(len(texts) - len(todo), len(texts))

@@ -162,7 +162,7 @@ def metadata_for(resolved: dict[str, Any], datamodule) -> dict[str, Any]:
         "config": resolved,
         "vocab": datamodule.vocab,
         "tokenizer": datamodule.tokenizer.to_json(),
-        "data": datamodule.checkpoint_metadata() if hasattr(datamodule, "checkpoint_metadata") else {},
+        "data": datamodule.checkpoint_metadata(),
     }
 
 

@@ -32,6 +32,11 @@ class LabDataModule(L.LightningDataModule):
         if split == "val":
             self.test_dataloader = self.val_dataloader
 
+    def checkpoint_metadata(self) -> dict[str, Any]:
+        """What every checkpoint carries of the data besides the vocabulary (labels, the languages), for lab.classify
+        and the other inference commands; nothing by default."""
+        return {}
+
     def tokens_per_byte(self, stage: str) -> float | None:
         """Tokens per byte of raw text of what `stage` ("val" | "test") scores, for bits per byte; None: unknown."""
         return None

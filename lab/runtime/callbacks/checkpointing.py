@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from typing import Protocol, runtime_checkable
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -22,6 +23,14 @@ from lab.checkpoints.atomic import AtomicCheckpointIO
 from lab.runtime.rundir import signals
 
 log = logging.getLogger("lab")
+
+
+@runtime_checkable
+class DurableLogger(Protocol):
+    """A logger that can fsync what it logged (lab.runtime.trainer.metrics_csv's CSV logger): before a checkpoint
+    is published, the rows it covers are on disk."""
+
+    def save_durably(self) -> None: ...
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -141,5 +150,5 @@ class RunCheckpoint(ModelCheckpoint):
         # metrics logged so far go to disk before the checkpoint that covers them: a resume from it finds
         # metrics.csv complete up to its step (every row of its steps is logged by now: _log_step_metrics_now)
         for logger in trainer.loggers:
-            logger.save_durably() if hasattr(logger, "save_durably") else logger.save()
+            logger.save_durably() if isinstance(logger, DurableLogger) else logger.save()
         super()._save_checkpoint(trainer, filepath)

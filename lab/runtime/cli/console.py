@@ -41,7 +41,7 @@ def single_console() -> None:
                 logger.removeHandler(handler)
             logger.propagate = True
     # lab's batch samplers skip what a checkpoint already trained on (lab.data.batching, resume_point), so a
-    # mid-epoch resume is exact (tested: tests/test_sweeps_jobs.py); Lightning cannot see that and warns of
+    # mid-epoch resume is exact (tested: tests/runtime/sweeps/test_sweeps_jobs.py); Lightning cannot see that and warns of
     # "unreliable results" on every such resume
     warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
