@@ -93,7 +93,7 @@ TINY_TRANSLATOR = [
 @pytest.fixture(scope="session")
 def translator_run(tmp_path_factory) -> tuple[Path, Path]:
     """One tiny translator_small run with the recipe's options (the best checkpoint by val/bleu on the first 30
-    validation sentences), shared by the command-line tests of test_translation and test_translator_recipe:
+    validation sentences), shared by the command-line tests of test_translation:
     a subprocess's start is most of their time. -> (runs dir, run dir)."""
     tmp = tmp_path_factory.mktemp("translator")
     train(["+experiment=translator_small", *TINY_TRANSLATOR, "task.val_bleu_sentences=30", "optimized_metric=val/bleu",
@@ -138,7 +138,7 @@ def compose():
 LONG_MODULES = ["runtime/trainer/test_resume.py", "runtime/inference/test_inference_cli.py", "runtime/rundir/test_autoresume.py",
                 "runtime/trainer/test_strategies.py", "entry/test_encoder_cli.py", "runtime/sweeps/test_sweeps.py", "nn/test_moe.py",
                 "runtime/trainer/test_wandb.py", "runtime/rundir/test_signals.py", "runtime/rundir/test_launch.py",
-                "tasks/test_translation.py", "tasks/test_translator_recipe.py", "report/test_report.py",
+                "tasks/test_translation.py", "tasks/test_translation_bleu.py", "report/test_report.py",
                 "runtime/sweeps/test_sweeps_jobs.py", "runtime/cli/test_config_errors.py", "checkpoints/test_preemption.py",
                 "runtime/sweeps/test_sweeps_optuna.py", "hf/test_against_hf_export.py", "entry/test_train_cli.py"]
 

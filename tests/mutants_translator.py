@@ -8,7 +8,7 @@ from __future__ import annotations
 
 DECODING = "lab/models/decoding.py"
 NBEST = ("tests/models/test_decoding_nbest.py",)
-VAL_SUBSET = ("tests/tasks/test_translator_recipe.py::test_val_bleu_decodes_the_same_first_sentences_every_validation",)
+VAL_SUBSET = ("tests/tasks/test_translation_bleu.py::test_val_bleu_decodes_the_same_first_sentences_every_validation",)
 DATA = ("tests/data/test_translator_data.py",)
 
 MUTANTS = [

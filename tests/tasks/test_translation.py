@@ -18,7 +18,7 @@ from lab.models.decoding import beam_search, greedy_translate
 from lab.models.seq2seq import EncoderDecoder
 from lab.tasks.optim import inverse_sqrt
 from lab.tasks.translation import corpus_scores, label_smoothed_cross_entropy
-from tests.conftest import TINY_TRANSLATOR, read_metrics, run_dirs, run_module, train
+from tests.conftest import TINY_TRANSLATOR, read_metrics, run_dirs, run_module, train, translator_eval
 
 PAD, BOS, EOS = 0, 1, 2
 LAYOUTS = {
@@ -322,7 +322,7 @@ def test_vanilla_is_the_paper_layout_at_the_small_budget(compose):
 
 @pytest.mark.parametrize("experiment", ["translator_small", pytest.param("translator_vanilla", marks=pytest.mark.slow)])
 def test_translator_trains_then_translates_and_evaluates_through_the_cli(request, tmp_path, experiment):
-    """translator_small: the run shared with test_translator_recipe (conftest.translator_run) and its lab.eval."""
+    """translator_small: the run shared with the lab.eval tests below (conftest.translator_run) and its lab.eval."""
     env = {"OMP_NUM_THREADS": "1"}
     if experiment == "translator_vanilla":  # the entry points after training do not depend on the layout
         train([f"+experiment={experiment}", *TINY_TRANSLATOR], tmp_path, env=env)
@@ -359,3 +359,49 @@ def test_translator_trains_then_translates_and_evaluates_through_the_cli(request
         assert hyps[0] == expected
     bad = run_module("lab.translate", [f"ckpt_path={ckpt}", "text="], tmp_path, env=env)
     assert bad.returncode == 2 and 'text="" is empty' in bad.stderr
+
+
+# ---- lab.eval on a translator: paired bootstrap against another system, the validation split ----------------
+
+def test_eval_compares_with_a_system_output_file_by_sacrebleus_paired_bootstrap(translator_run, translator_tested, tmp_path):
+    tested, outputs = translator_tested
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    refs = (outputs / "test.reference").read_text().splitlines()
+    hyps = (outputs / "test.hypothesis").read_text().splitlines()
+    assert len(refs) == len(hyps) == 40
+    # the other system: the references themselves for the first half, this checkpoint's output for the rest
+    (tmp_path / "other.en").write_text("".join(line + "\n" for line in refs[:20] + hyps[20:]))
+    out = translator_eval(translator_run, f"compare_to={tmp_path / 'other.en'}", "bootstrap_samples=200")
+    assert out.returncode == 0, out.stderr[-2000:]
+    bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score
+    other = sacrebleu.corpus_bleu(refs[:20] + hyps[20:], [refs], tokenize="13a").score
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("BLEU: ckpt_path"))
+    assert f"ckpt_path {bleu:.2f}" in line and f"compare_to {other:.2f}" in line
+    p = float(line.rsplit("p = ", 1)[1])
+    assert p < 0.05  # half the sentences perfect: a real difference
+    assert "BLEU|nrefs:1|bs:200|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out.stdout
+    assert "chrF2|nrefs:1|bs:200|seed:12345" in out.stdout
+
+    (tmp_path / "short.en").write_text("only one line\n")
+    bad = translator_eval(translator_run, f"compare_to={tmp_path / 'short.en'}")
+    assert bad.returncode == 2 and "has 1 lines, but the test split has 40 sentences" in bad.stderr
+
+
+def test_eval_compares_two_checkpoints_on_the_same_test_split(translator_run):
+    _, run = translator_run
+    best = next((run / "checkpoints").glob("best-step*.ckpt"))
+    out = translator_eval(translator_run, f"compare_to={best}", "bootstrap_samples=100")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "paired bootstrap resampling (sacreBLEU), 40 test sentences" in out.stdout
+    assert "BLEU|nrefs:1|bs:100" in out.stdout
+
+
+def test_eval_on_the_validation_split_decodes_the_validation_sentences(translator_run, translator_tested, tmp_path):
+    out = translator_eval(translator_run, "split=valid", f"outputs_dir={tmp_path / 'valid'}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "on the validation split (the metrics below are named test/*)" in out.stdout
+    tested, test_outputs = translator_tested
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    valid_sources = (tmp_path / "valid" / "test.source").read_text().splitlines()
+    test_sources = (test_outputs / "test.source").read_text().splitlines()
+    assert len(valid_sources) == len(test_sources) == 40 and not set(valid_sources) & set(test_sources)
