@@ -82,7 +82,7 @@ MUTANTS = [
      "    if path:  # the typed schemas' fields", "    if not path:  # the typed schemas' fields", [SCHEMAS]),
     ("a schema's refusal of a conf/ file's value forgets the file", "lab/runtime/cli/errors.py",
      'return schema_type_error(key, why, f"conf/{where}.yaml")', "return schema_type_error(key, why)", [SCHEMAS]),
-    ("model.moe's value types go unchecked", "lab/nn/moe.py",
+    ("model.moe's value types go unchecked", "lab/nn/config.py",
      "if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds + (int,) * (float in kinds)):",
      "if isinstance(value, bool) and bool not in kinds:", [SCHEMAS]),
     ("a soft-cap of zero accepted", "lab/models/gpt.py", "not self.logit_softcap > 0", "self.logit_softcap < 0",

@@ -1,6 +1,7 @@
 """Typed architecture config shared by every model built from the core."""
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -11,6 +12,110 @@ NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "relative", "none")
 FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
 ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")  # llama3_scaled's
+
+
+ROUTERS = ("token_choice", "expert_choice")
+GATES = ("softmax", "sigmoid")
+SCOPES = ("local", "global")
+DISPATCHES = ("auto", "grouped_mm", "loop")
+TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+@dataclass
+class MoEConfig:
+    """model.moe: every field optional; the defaults are a Switch/GShard-style top-2 layer."""
+
+    num_experts: int = 8
+    top_k: int = 2
+    """Experts per token (token choice); for expert choice, the average experts per token the capacity buys."""
+    expert_hidden: int | None = None
+    """Hidden width of each expert; None: model.d_ff. Smaller = fine-grained experts (DeepSeekMoE)."""
+    num_shared: int = 0
+    """Always-on shared experts of width expert_hidden, run on every token (DeepSeekMoE)."""
+    router: str = "token_choice"
+    """token_choice | expert_choice (encoders only: an expert picking among all tokens sees the future)."""
+    gate: str = "softmax"
+    """Router score: softmax over experts (Switch, GShard) or sigmoid per expert (DeepSeek-V3), whose chosen
+    scores are then renormalised as `renormalize` says."""
+    renormalize: bool | None = None
+    """Rescale the chosen top-k gates to sum to 1. None: yes for top_k > 1; no for top_k = 1, where it would
+    make every gate 1 and leave the router no gradient from the task loss (Switch keeps the raw probability)."""
+    jitter: float = 0.0
+    """Multiplicative uniform noise (1 +- jitter) on the router input while training (Switch)."""
+    capacity_factor: float | None = 1.25
+    """Training capacity per expert = ceil(capacity_factor * top_k * real tokens / num_experts); assignments
+    over it are dropped. None: dropless (token choice only)."""
+    capacity_factor_eval: float | None = 2.0
+    """The same in eval mode (validation, test, generation); None: dropless."""
+    load_balance_weight: float = 0.01
+    load_balance_scope: str = "local"
+    """local: f_i over this device's tokens (Switch); global: over the whole data-parallel batch (expert counts
+    all-reduced over the ranks every step; the same as local on one device)."""
+    z_loss_weight: float = 0.001
+    bias_update_rate: float = 0.0
+    """Auxiliary-loss-free balancing (DeepSeek-V3, their gamma = 0.001): > 0 adds a per-expert bias to the
+    scores for expert selection only and moves it by this much after every training forward, towards the mean
+    load (counted over all data-parallel ranks). 0: off. Token choice only."""
+    dispatch: str = "auto"
+    """How experts run: grouped_mm (one grouped matmul per projection, no host sync, compiles), loop (one matmul
+    pair per expert, reads the group sizes to the host), auto: grouped_mm where the device and dtype support
+    it (CPU float32/bfloat16/float16, CUDA bfloat16 on sm80+) except eager on a CPU with <= 8 experts (where
+    the loop measured faster: benchmarks/moe.py), else loop."""
+    every_n: int = 1
+    """MoE on every n-th layer (layers n, 2n, ...; 2 = every other layer as in GShard/Switch), dense elsewhere."""
+
+    @classmethod
+    def from_settings(cls, settings) -> MoEConfig:
+        """model.moe as a mapping (a saved checkpoint's config, an import's settings): unknown fields are one
+        ConfigError naming them; TransformerConfig validates the result against its n_layers."""
+        settings = dict(settings)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigError(f"unknown model.moe field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        hints = typing.get_type_hints(cls)
+        for name, value in settings.items():  # the types: the Hydra schema leaves model.moe untyped (TransformerConfig.moe)
+            kinds = typing.get_args(hints[name]) or (hints[name],)
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds + (int,) * (float in kinds)):
+                wanted = " or ".join(TYPE_WORDS[k] for k in kinds)
+                raise ConfigError(f"model.moe.{name}={value!r} must be {wanted}; set model.moe.{name}=<that>")
+        return cls(**settings)
+
+    def validate(self, n_layers: int) -> None:
+        def fail(field: str, why: str) -> None:
+            raise ConfigError(f"model.moe.{field}={getattr(self, field)!r}: {why}")
+
+        if self.num_experts < 1:
+            fail("num_experts", "need at least one expert")
+        if not 1 <= self.top_k <= self.num_experts:
+            fail("top_k", f"must be between 1 and num_experts={self.num_experts}")
+        for name, choices in (("router", ROUTERS), ("gate", GATES), ("load_balance_scope", SCOPES),
+                              ("dispatch", DISPATCHES)):
+            if getattr(self, name) not in choices:
+                fail(name, f"choose one of {', '.join(choices)}")
+        for name in ("capacity_factor", "capacity_factor_eval"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                fail(name, "must be positive, or null for dropless")
+            if value is None and self.router == "expert_choice":
+                fail(name, "expert-choice routing needs a capacity (experts pick a fixed number of tokens)")
+        if self.expert_hidden is not None and self.expert_hidden < 1:
+            fail("expert_hidden", "must be a positive width, or null for model.d_ff")
+        if self.num_shared < 0:
+            fail("num_shared", "must be 0 or more")
+        if not 0.0 <= self.jitter < 1.0:
+            fail("jitter", "must be in [0, 1)")
+        for name in ("load_balance_weight", "z_loss_weight", "bias_update_rate"):
+            if getattr(self, name) < 0:
+                fail(name, "must be >= 0")
+        if self.bias_update_rate and self.router == "expert_choice":
+            fail("bias_update_rate", "balances token-choice routing; expert choice is balanced by construction")
+        if not 1 <= self.every_n <= n_layers:
+            fail("every_n", f"must be between 1 and model.n_layers={n_layers}, or no layer would be MoE")
+
+    def applies_to(self, layer: int) -> bool:
+        """Is layer `layer` (0-based) a MoE layer? Layers n-1, 2n-1, ... (every n-th, counting from 1)."""
+        return (layer + 1) % self.every_n == 0
 
 
 @dataclass
@@ -96,7 +201,7 @@ class TransformerConfig:
     # MoEConfig | None once built (a mapping of its fields becomes one). Typed Any for the Hydra schema: OmegaConf
     # 2.3 cannot merge a command-line mapping (model.moe={...}) into a typed node whose value is None.
     moe: Any = None
-    """Mixture-of-experts settings replacing the dense FFN (lab.nn.moe.MoEConfig's fields); None for dense."""
+    """Mixture-of-experts settings replacing the dense FFN (lab.nn.config.MoEConfig's fields); None for dense."""
 
     def __post_init__(self) -> None:
         """What the types cannot say: choices, ranges and cross-field rules; fills the derived fields (None ->
@@ -113,8 +218,6 @@ class TransformerConfig:
         check("positions", self.positions, POSITIONS)
         check("ffn", self.ffn, FFN_KINDS)
         if self.moe is not None:
-            from lab.nn.moe import MoEConfig  # noqa: PLC0415 - lab.nn.moe imports this module
-
             self.moe = self.moe if isinstance(self.moe, MoEConfig) else MoEConfig.from_settings(self.moe)
         if self.ffn in ("relu_squared", "gelu_erf") and self.moe:
             raise ConfigError(f"model.ffn={self.ffn} is for dense FFNs; the experts support relu, gelu and swiglu: "

@@ -18,7 +18,7 @@ from typing import Any
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 # Typed schemas of config nodes whose _target_ takes them as **kwargs.
-SCHEMAS = {"model": "lab.nn.config.TransformerConfig", "model.moe": "lab.nn.moe.MoEConfig",
+SCHEMAS = {"model": "lab.nn.config.TransformerConfig", "model.moe": "lab.nn.config.MoEConfig",
            "task.finetune": "lab.tasks.config.Finetune", "task.samples": "lab.tasks.config.Samples"}
 KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][\w]*)\s*:(.*)$")
 
