@@ -156,9 +156,10 @@ def test_batched_muon_equals_per_matrix_torch_muon_over_steps(per_matrix_muon, s
     model = GPT(11, **TINY)
     ref_model = GPT(11, **TINY)
     ref_model.load_state_dict(model.state_dict())
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
     got = train_steps(model, MuonAdamW(*task_groups(model), ns_dtype="float32", **kw), 4)
     want = train_steps(ref_model, per_matrix_muon(ref_model, **kw), 4)
-    assert not torch.equal(got, torch.cat([p.detach().flatten() for p in GPT(11, **TINY).parameters()]))
+    assert (got - start).abs().max() > 1e-2  # the steps moved the weights
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
