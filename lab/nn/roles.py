@@ -26,8 +26,9 @@ class Role(enum.Enum):
     """Norm gains, biases (experts' stacked biases too: 2-D only because stacked) and other 1-D parameters."""
 
 
-MUON_ROLES = frozenset({Role.HIDDEN, Role.ROUTER})
-"""The hidden matrices inside Blocks that lab.tasks.optim.MuonAdamW gives Muon; experts' 3-D stacks stay AdamW."""
+MUON_ROLES = frozenset({Role.HIDDEN, Role.ROUTER, Role.EXPERT})
+"""The matrices inside Blocks that lab.tasks.optim.MuonAdamW gives Muon: hidden projections, routers, and experts'
+3-D stacks (each expert's matrix orthogonalised on its own)."""
 NO_DECAY_ROLES = frozenset({Role.VECTOR})
 """Roles that never get weight decay: gains and biases."""
 

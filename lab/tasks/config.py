@@ -54,6 +54,8 @@ class MuonAdamWConfig(AdamWConfig):
     ns_steps: int = 5
     adjust_lr_fn: str | None = None
     muon_weight_decay: float = 0.0
+    ns_dtype: str = "bfloat16"
+    """Newton-Schulz's compute dtype: bfloat16 (torch.optim.Muon's; tensor cores on a GPU) or float32."""
 
 
 @dataclass
@@ -180,6 +182,7 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("task.optimizer.lr", lambda v: v > 0, "a number in (0, inf)"),
     ("task.optimizer.weight_decay", lambda v: v >= 0, "a number in [0, inf)"),
     ("task.optimizer.eps", lambda v: v > 0, "a number in (0, inf)"),
+    ("task.optimizer.ns_dtype", lambda v: v in ("bfloat16", "float32"), "bfloat16 or float32"),
     ("task.optimizer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
     ("task.scheduler.warmup_steps", lambda v: v >= 0, "an integer >= 0"),
     ("task.scheduler.min_lr", lambda v: v >= 0, "a number in [0, inf)"),

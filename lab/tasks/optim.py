@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor, Replicate
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
@@ -147,25 +148,131 @@ def warmup_stable_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
     return WarmupStableDecay(optimizer, warmup_steps, total_steps, min_lr, decay_fraction)
 
 
-class MuonAdamW(Optimizer):
-    """Muon (torch.optim.Muon) for the hidden matrices, AdamW for everything else, as one optimizer: one state,
-    one checkpoint entry, one list of param_groups that the schedule scales (Muon's groups first).
+NS_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+"""Newton-Schulz's compute dtypes (MuonAdamW's ns_dtype)."""
 
-    The split is Muon's documented one: Muon orthogonalises 2-D updates, which suits the hidden layers'
-    matrices (attention and FFN projections inside lab.nn Blocks and MoE routers: lab.nn.roles.MUON_ROLES, read
-    from `roles`, {parameter: Role}, which lab.tasks.base.Task passes from the model's parameter_roles);
-    embeddings, output heads, experts' stacked matrices, norm gains and biases train with AdamW. The task passes
-    its two weight-decay groups; each is split again, so the Muon and AdamW parts keep the task's no-decay rule.
+
+def newton_schulz(x: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """torch.optim.Muon's quintic Newton-Schulz iteration (its coefficients, its normalisation by the Frobenius
+    norm clamped at eps, the wide orientation), on a stack [N, A, B]: each of the N matrices on its own, in
+    `dtype`; returned in `dtype`."""
+    a, b, c = coefficients
+    y = x.to(dtype)
+    tall = x.size(-2) > x.size(-1)
+    if tall:
+        y = y.mT
+    y = y / torch.linalg.vector_norm(y, dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = y @ y.mT
+        y = torch.baddbmm(y, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), y, beta=a)
+    return y.mT if tall else y
+
+
+def adjusted_lr(lr: float, adjust_lr_fn: str | None, rows: int, cols: int) -> float:
+    """torch.optim.Muon's learning-rate adjustment for one [rows, cols] matrix (an expert's own, not its stack)."""
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return lr * math.sqrt(max(1, rows / cols))
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr
+
+
+class BatchedMuon(Optimizer):
+    """torch.optim.Muon with one stacked Newton-Schulz per matrix shape: its group keys, its defaults, its state
+    (`momentum_buffer` per parameter) and its update, so a checkpoint of one resumes in the other; it also takes
+    3-D stacks [E, out, in] (MoE experts), each expert's matrix orthogonalised and its learning rate adjusted on
+    its own. Stacks gather the matrices of one shape across groups with the same Newton-Schulz settings. Under
+    FSDP2 (DTensor shards) each matrix is gathered whole once (one all-gather, not a collective per Newton-Schulz
+    matmul), every rank orthogonalises the stack, and each keeps its own shard of the update.
+
+    ns_dtype: Newton-Schulz's compute dtype (torch.optim.Muon's is bfloat16)."""
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                 nesterov: bool = True, ns_coefficients: tuple[float, float, float] = (3.4445, -4.7750, 2.0315),
+                 eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None,
+                 ns_dtype: torch.dtype = torch.bfloat16):
+        if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+            raise LabError(f"task.optimizer.adjust_lr_fn must be null, original or match_rms_adamw, got {adjust_lr_fn}")
+        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "nesterov": nesterov,
+                    "ns_coefficients": ns_coefficients, "eps": eps, "ns_steps": ns_steps, "adjust_lr_fn": adjust_lr_fn}
+        super().__init__(params, defaults)
+        self.ns_dtype = ns_dtype  # how, not what: not a group key, so checkpoints keep torch.optim.Muon's layout
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.ndim not in (2, 3):
+                    raise ValueError(f"Muon takes matrices and stacks of matrices, not a parameter of size {tuple(p.shape)}")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        stacks: dict[tuple, list[tuple[torch.Tensor, torch.Tensor, dict]]] = {}
+        for group in self.param_groups:
+            momentum = group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+                key = (tuple(p.shape[-2:]), p.device, type(p), tuple(group["ns_coefficients"]), group["ns_steps"],
+                       group["eps"])
+                stacks.setdefault(key, []).append((p, update, group))
+        for (shape, _, _, coefficients, steps, eps), members in stacks.items():
+            updates = [u for _, u, _ in members]
+            if isinstance(members[0][0], DTensor):
+                # FSDP2's shards: each matrix whole (one all-gather), the result cut back to this rank's shard
+                full = [u.full_tensor() for u in updates]
+                ortho = newton_schulz(torch.cat([f.reshape(-1, *shape) for f in full]), coefficients, steps, eps,
+                                      self.ns_dtype)
+                pieces = ortho.split([f.numel() // (shape[0] * shape[1]) for f in full])
+                ortho_updates = [DTensor.from_local(o.reshape(u.shape), u.device_mesh, [Replicate()] * u.device_mesh.ndim,
+                                                    run_check=False).redistribute(u.device_mesh, u.placements)
+                                 for o, u in zip(pieces, updates, strict=True)]
+            else:
+                ortho = newton_schulz(torch.cat([u.reshape(-1, *shape) for u in updates]), coefficients, steps, eps,
+                                      self.ns_dtype)
+                ortho_updates = [o.reshape(u.shape) for o, u in
+                                 zip(ortho.split([u.numel() // (shape[0] * shape[1]) for u in updates]), updates, strict=True)]
+            for (p, _, group), o in zip(members, ortho_updates, strict=True):
+                lr = group["lr"]
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *shape))
+        return loss
+
+
+class MuonAdamW(Optimizer):
+    """Muon (BatchedMuon: torch.optim.Muon's update, one Newton-Schulz per matrix shape) for the hidden matrices,
+    AdamW for everything else, as one optimizer: one state, one checkpoint entry, one list of param_groups that
+    the schedule scales (Muon's groups first).
+
+    The split is Muon's documented one: Muon orthogonalises the updates of the hidden layers' matrices, read from
+    `roles`, {parameter: Role}, which lab.tasks.base.Task passes from the model's parameter_roles:
+    lab.nn.roles.MUON_ROLES, i.e. the attention and FFN projections inside lab.nn Blocks, MoE routers, and the
+    routed experts' stacked matrices [E, out, in], each expert's matrix orthogonalised (and its learning rate
+    adjusted) on its own. Embeddings, output heads, norm gains and biases (experts' stacked biases too) train with
+    AdamW. The task passes its two weight-decay groups; each is split again, so the Muon and AdamW parts keep the
+    task's no-decay rule.
 
     lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
     keeps them), and fused (torch.optim.AdamW's: one kernel for all its tensors on a GPU; None: torch's choice);
-    muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's.
+    muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's, ns_dtype its Newton-Schulz
+    compute dtype: bfloat16 (torch.optim.Muon's, the default) or float32.
     """
 
     def __init__(self, params, roles: Mapping[torch.Tensor, Role], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0,
-                 fused: bool | None = None):
+                 fused: bool | None = None, ns_dtype: str = "bfloat16"):
+        if ns_dtype not in NS_DTYPES:
+            raise LabError(f"task.optimizer.ns_dtype must be one of {', '.join(NS_DTYPES)}, got {ns_dtype}; "
+                           "e.g. task.optimizer.ns_dtype=float32")
         groups = [g if isinstance(g, dict) else {"params": [g]} for g in params]
         muon_groups, adamw_groups = [], []
         for g in groups:
@@ -179,10 +286,10 @@ class MuonAdamW(Optimizer):
             if others:
                 adamw_groups.append({"params": others, **rest})
         if not muon_groups:
-            raise LabError("task.optimizer: MuonAdamW found no hidden matrices (2-D weights inside lab.nn Blocks) to "
+            raise LabError("task.optimizer: MuonAdamW found no hidden matrices (the matrices inside lab.nn Blocks) to "
                            "give Muon; drop +task/optimizer=muon so that AdamW trains this model")
-        self.muon = torch.optim.Muon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-                                     adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay)
+        self.muon = BatchedMuon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+                                adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay, ns_dtype=NS_DTYPES[ns_dtype])
         self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                        fused=fused)
         # the inner optimizers' own group dicts: a schedule that scales self.param_groups scales theirs
@@ -193,7 +300,7 @@ class MuonAdamW(Optimizer):
             return (sum(len(g["params"]) for g in groups), sum(p.numel() for g in groups for p in g["params"]),
                     "/".join(f"{g['weight_decay']:g}" for g in groups))
 
-        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices (%d params; weight decay %s); AdamW "
+        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices and expert stacks (%d params; weight decay %s); AdamW "
                  "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
                  muon_lr, momentum, *split(self.muon.param_groups), lr, *split(self.adamw.param_groups))
 

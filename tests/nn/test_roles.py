@@ -79,19 +79,22 @@ def test_a_matrix_without_a_rule_is_refused():
 
 
 def test_weight_decay_and_muon_follow_the_roles():
-    """Muon: hidden matrices and routers; AdamW: experts' stacks, embeddings, head, vectors. Decay: all but vectors.
-    The groups keep their order (Muon's first, each in the task's decay-then-no-decay order)."""
+    """Muon: hidden matrices, routers and experts' stacks; AdamW: embeddings, head, vectors (experts' stacked biases
+    too). Decay: all but vectors. The groups keep their order (Muon's first, each in the task's decay-then-no-decay
+    order)."""
     model = GPT(11, tie_embeddings=False, moe=MOE, **ARCH)
     names = {id(p): n for n, p in model.named_parameters()}
     roles = model.parameter_roles()
     task = LanguageModelTask(model, functools.partial(MuonAdamW, lr=1e-3, weight_decay=0.1))
     opt = task.configure_optimizers()
     groups = [[names[id(p)] for p in g["params"]] for g in opt.param_groups]
-    muon = [n for n in names.values() if roles[n] in (H, R)]
-    decayed = [n for n in names.values() if roles[n] not in (H, R, V)]
-    assert groups == [muon, decayed, [n for n in names.values() if roles[n] is V]]
+    muon = [f"decoder.layers.{i}.{m}" for i in range(2) for m in (
+        "self_attn.qkv_proj.weight", "self_attn.out_proj.weight",
+        *(("ffn.router.weight", "ffn.experts.w_in", "ffn.experts.w_out") if i else ("ffn.up.weight", "ffn.down.weight")))]
+    decayed = ["embed.tokens.weight", "embed.positions.weight", "lm_head.weight"]
+    assert groups[:2] == [muon, decayed]
+    assert groups[2] == [n for n in names.values() if roles[n] is V] and "decoder.layers.1.ffn.experts.b_in" in groups[2]
     assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.1, 0.0]  # muon_weight_decay's default
-    assert "decoder.layers.1.ffn.router.weight" in muon and "decoder.layers.1.ffn.experts.w_in" in decayed
     adamw = LanguageModelTask(model, functools.partial(torch.optim.AdamW, weight_decay=0.1)).configure_optimizers()
     assert [[names[id(p)] for p in g["params"]] for g in adamw.param_groups] == [
         [n for n in names.values() if roles[n] is not V], [n for n in names.values() if roles[n] is V]]

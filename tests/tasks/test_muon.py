@@ -1,5 +1,6 @@
-"""MuonAdamW (lab/tasks/optim.py): Muon on the blocks' hidden matrices, AdamW on the rest, against an SVD;
-its state, FSDP2 and the fused AdamW part. Exact resume with Muon is in tests/runtime/trainer/test_resume.py."""
+"""MuonAdamW (lab/tasks/optim.py): Muon on the blocks' hidden matrices and experts, AdamW on the rest, against an
+SVD and against torch.optim.Muon one matrix at a time; its state (also one written by torch.optim.Muon), FSDP2 and
+the fused AdamW part. Exact resume with Muon is in tests/runtime/trainer/test_resume.py."""
 from __future__ import annotations
 
 import logging
@@ -14,7 +15,8 @@ from hydra.utils import instantiate
 from lab.errors import LabError
 from lab.models.gpt import GPT
 from lab.nn import Role
-from lab.tasks.optim import MuonAdamW
+from lab.tasks import optim
+from lab.tasks.optim import BatchedMuon, MuonAdamW
 
 
 def task_groups(model: torch.nn.Module) -> tuple[list[dict], dict]:
@@ -105,14 +107,147 @@ def test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings(compose, ta
     assert opt.adamw.param_groups[0]["betas"] == tuple(cfg.task.optimizer.betas)
 
 
+# ---- batched Newton-Schulz against torch.optim.Muon, one matrix at a time ----------------------------------------
+
+def float32_newton_schulz(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's _zeropower_via_newtonschulz with float32 instead of bfloat16 (the reference's rounding
+    would otherwise swamp the comparison)."""
+    a, b, c = ns_coefficients
+    x = grad.float()
+    x = x.T if grad.size(0) > grad.size(1) else x
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
+@pytest.fixture
+def per_matrix_muon(monkeypatch):
+    """MuonAdamW as it was: torch.optim.Muon inside (float32 Newton-Schulz), one matrix at a time."""
+    monkeypatch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", float32_newton_schulz)
+
+    def build(model, **kw):
+        with monkeypatch.context() as m:
+            m.setattr(optim, "BatchedMuon", lambda *a, ns_dtype, **k: torch.optim.Muon(*a, **k))
+            return MuonAdamW(*task_groups(model), **kw)
+    return build
+
+
+def train_steps(model, opt, steps: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randint(0, 11, (2, 8), generator=g)
+        F.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(nesterov=False, adjust_lr_fn="match_rms_adamw", muon_weight_decay=0.1)],
+                         ids=["default", "plain-momentum-rms-decay"])
+def test_batched_muon_equals_per_matrix_torch_muon_over_steps(per_matrix_muon, settings):
+    """A GPT with four matrix shapes (qkv [24, 8], out [8, 8], up [16, 8], down [8, 16]: tall, square, wide, two
+    matrices of each per stack): four steps of MuonAdamW equal four of torch.optim.Muon matrix by matrix (both in
+    float32). Stacking two shapes into one call, a wrong orientation, another lr adjustment, momentum or weight
+    decay rule fails it."""
+    kw = dict(lr=1e-2, muon_lr=0.05, weight_decay=0.1, **settings)
+    torch.manual_seed(0)
+    model = GPT(11, **TINY)
+    ref_model = GPT(11, **TINY)
+    ref_model.load_state_dict(model.state_dict())
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    got = train_steps(model, MuonAdamW(*task_groups(model), ns_dtype="float32", **kw), 4)
+    want = train_steps(ref_model, per_matrix_muon(ref_model, **kw), 4)
+    assert (got - start).abs().max() > 1e-2  # the steps moved the weights
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_each_expert_and_each_shape_is_orthogonalised_on_its_own():
+    """A stack of 3 experts [3, 6, 4] beside a [6, 4] and a [4, 6] matrix (one stack call holds the experts and the
+    [6, 4]): each expert's step equals torch.optim.Muon's on that expert alone (float32), with the lr adjusted by
+    the expert's [6, 4] (sqrt(1.5)), not the stack's [3, 6]. Orthogonalising the experts jointly (as one [18, 4]
+    or [6, 12] matrix) or mixing the shapes fails it."""
+    import torch.optim._muon as torch_muon
+    gen = torch.Generator().manual_seed(0)
+    experts, tall, wide = (torch.randn(*s, generator=gen) for s in ((3, 6, 4), (6, 4), (4, 6)))
+    grads = [[torch.randn(t.shape, generator=gen) for t in (experts, tall, wide)] for _ in range(3)]
+    params = [torch.nn.Parameter(t.clone()) for t in (experts, tall, wide)]
+    opt = BatchedMuon(params, lr=0.1, weight_decay=0.05, ns_dtype=torch.float32)
+    # the reference: every matrix its own parameter, torch.optim.Muon (float32 Newton-Schulz)
+    ref = [torch.nn.Parameter(m.clone()) for m in (*experts, tall, wide)]
+    original = torch_muon._zeropower_via_newtonschulz
+    torch_muon._zeropower_via_newtonschulz = float32_newton_schulz
+    try:
+        ref_opt = torch.optim.Muon(ref, lr=0.1, weight_decay=0.05)
+        for g in grads:
+            for p, gp in zip(params, g, strict=True):
+                p.grad = gp.clone()
+            for p, gp in zip(ref, [*g[0], g[1], g[2]], strict=True):
+                p.grad = gp.clone()
+            opt.step()
+            ref_opt.step()
+    finally:
+        torch_muon._zeropower_via_newtonschulz = original
+    torch.testing.assert_close(params[0].detach(), torch.stack([p.detach() for p in ref[:3]]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close([p.detach() for p in params[1:]], [p.detach() for p in ref[3:]], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ns_dtype", ["float32", "bfloat16"])
+def test_each_experts_step_is_its_own_orthogonalised_gradient(ns_dtype):
+    """Against an SVD: from zero momentum each expert's step is ~U V^T of its own gradient (U^T step V diagonal,
+    entries in Muon's band), in either compute dtype."""
+    torch.manual_seed(0)
+    w, bias = torch.nn.Parameter(torch.randn(3, 12, 6)), torch.nn.Parameter(torch.zeros(3))
+    opt = MuonAdamW([{"params": [w, bias]}], {w: Role.EXPERT, bias: Role.VECTOR}, muon_lr=0.1, momentum=0.0, nesterov=False, ns_dtype=ns_dtype)
+    g = torch.randn(3, 12, 6)
+    before = w.detach().clone()
+    w.grad = g.clone()
+    opt.step()
+    for e in range(3):
+        step = (before[e] - w.detach()[e]) / (0.1 * math.sqrt(2))
+        U, _, Vh = torch.linalg.svd(g[e], full_matrices=False)
+        m = U.T @ step @ Vh.T
+        assert (m - torch.diag(m.diag())).abs().max() < 0.05, (e, m)
+        assert ((m.diag() > 0.6) & (m.diag() < 1.25)).all(), (e, m.diag())
+
+
+def test_a_state_written_by_torch_muon_resumes_in_the_batched_one(per_matrix_muon):
+    """A checkpoint of the per-matrix MuonAdamW (torch.optim.Muon inside): the same state dict layout (group keys,
+    momentum_buffer per matrix), and two steps after loading it continue the per-matrix run's four (float32)."""
+    kw = dict(lr=1e-2, muon_lr=0.05, weight_decay=0.1)
+    torch.manual_seed(0)
+    model = GPT(11, **TINY)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    old = per_matrix_muon(model, **kw)
+    train_steps(model, old, 2)
+    state = old.state_dict()
+    new = MuonAdamW(*task_groups(model), ns_dtype="float32", **kw)
+    assert [sorted(g) for g in new.state_dict()["param_groups"]] == [sorted(g) for g in state["param_groups"]]
+    new.load_state_dict(state)
+    assert set(new.state_dict()["state"][0]) == {"momentum_buffer"}
+    got = train_steps(model, new, 2, seed=1)
+    model.load_state_dict(start)
+    old = per_matrix_muon(model, **kw)
+    train_steps(model, old, 2)
+    want = train_steps(model, old, 2, seed=1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_newton_schulz_dtype_is_one_clear_error():
+    w = torch.nn.Parameter(torch.zeros(3, 3))
+    with pytest.raises(LabError, match=r"task.optimizer.ns_dtype must be one of bfloat16, float32, got float16"):
+        MuonAdamW([w], {w: Role.HIDDEN}, ns_dtype="float16")
+
+
 # ---- FSDP2 ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
 def test_muon_under_fsdp2_matches_one_process_and_resumes_from_its_sharded_checkpoint(tmp_path):
-    """torch.optim.Muon on FSDP2's DTensor shards: Newton-Schulz runs on the DTensor, whose matmuls and norm
-    gather what they need, so 2 processes x 6 reach the 1-process val/loss (measured: 1.4e-5 relative, bf16
-    iterations summed in another order; orthogonalising each shard on its own would be another update), and a
-    run resumed from the sharded checkpoint (Muon's momentum in it) ends where the uninterrupted one does."""
+    """BatchedMuon on FSDP2's DTensor shards: each matrix is gathered whole once and orthogonalised, and each rank
+    keeps its shard of the result, so 2 processes x 6 reach the 1-process val/loss (orthogonalising each shard on
+    its own would be another update), and a run resumed from the sharded checkpoint (Muon's momentum in it) ends
+    where the uninterrupted one does."""
     from conftest import TINY_LM, metric_by_step, read_metrics, run_dirs, train
 
     args = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval"))] + [
