@@ -19,7 +19,7 @@ from lab.runtime.sweeps.jobs import progress, summarize, sweep_size, write_statu
 
 SWEEP_ARGS = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval", "logger.wandb"))] + [
     "trainer.max_steps=6", "trainer.val_check_interval=2", "test=false", "callbacks.progress=null", "model.n_layers=1"]
-TESTS_ON_PATH = {"PYTHONPATH": f"{ROOT}{os.pathsep}{Path(__file__).parent}"}  # the subprocess imports InterruptAt from here
+TESTS_ON_PATH = {"PYTHONPATH": os.pathsep.join(map(str, (ROOT, Path(__file__).parent, ROOT / "tests")))}  # the subprocess imports InterruptAt from here, which imports conftest
 
 
 class InterruptAt(L.Callback):
