@@ -28,6 +28,7 @@ RESUME_LM = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_th
 FLOPS = "tests/models/test_models.py::test_flops_count_the_parameters_of_matrix_products_not_the_lookup_tables"
 RESUME_CLS = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
 SCHEMAS = "tests/models/test_model_schemas.py"
+PROGRESS = "tests/runtime/callbacks/test_progress.py"
 
 MUTANTS = [
     # lab/models/decoding.py
@@ -196,6 +197,16 @@ MUTANTS = [
      '("data.batch_size", lambda v: v >= 1,', '("data.batch_size", lambda v: v >= 0,', ["tests/runtime/cli/test_config_errors.py"]),
     ("a schema's type error stays Hydra's text", "lab/runtime/cli/errors.py",
      "        if typed:\n            return typed\n", "", ["tests/runtime/cli/test_config_errors.py"]),
+    # the end-of-run test pass says what it costs (lab/runtime/callbacks/progress.py)
+    ("test pass counts only one batch's tokens", "lab/runtime/callbacks/progress.py",
+     "self._test_tokens += pl_module.count_tokens(batch)", "self._test_tokens = pl_module.count_tokens(batch)",
+     [PROGRESS]),
+    ("test pass logs its ETA line at every batch", "lab/runtime/callbacks/progress.py",
+     "self._test_next = done + max(1, total * self.log_every_percent // 100)", "self._test_next = done + 1",
+     [PROGRESS]),
+    ("test pass counts one device's tokens under DDP", "lab/runtime/callbacks/progress.py",
+     "tokens = self._test_tokens * trainer.world_size", "tokens = self._test_tokens",
+     [PROGRESS]),
 ]
 
 

@@ -26,7 +26,11 @@ class Progress(ProgressBar):
 
     refresh_rate: redraw every N optimizer steps (redrawing every step costs ~3% of a small CPU step).
     Not a terminal (a batch job's log file): no bar; one `progress` log line every `log_every_percent` % of
-    max_steps instead."""
+    max_steps instead.
+
+    The end-of-run test pass scores every held-out token once, so it costs what the test split holds, not what
+    the run trained: it says so in a line before (its batches, how to skip or defer it), shows its ETA (the bar, or
+    a `test progress` line every `log_every_percent` % of its batches), and logs its tokens and time after."""
 
     def __init__(self, refresh_rate: int = 10, log_every_percent: int = 10):
         super().__init__()
@@ -38,6 +42,7 @@ class Progress(ProgressBar):
         self._t0 = 0.0
         self._step0 = 0
         self._next_log = 0
+        self._test_t0, self._test_tokens, self._test_next = 0.0, 0, 0
 
     def disable(self) -> None:
         self._enabled = False
@@ -156,14 +161,36 @@ class Progress(ProgressBar):
     def on_validation_end(self, trainer, pl_module) -> None:
         self._eval_end()
 
+    def _test_total(self, trainer) -> int | None:
+        total = trainer.num_test_batches
+        total = int(sum(total)) if isinstance(total, list) else total
+        return None if total == float("inf") else int(total)
+
     def on_test_start(self, trainer, pl_module) -> None:
+        self._test_t0, self._test_tokens, self._test_next = time.perf_counter(), 0, 0
+        if self._shown(trainer):
+            total = self._test_total(trainer)
+            log.info("test: scoring the test split, %s batches per device (test=false skips it; python -m lab.eval ckpt_path=<run> "
+                     "runs it later)", "?" if total is None else total)
         self._eval_start(trainer, "test", trainer.num_test_batches)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._test_tokens += pl_module.count_tokens(batch)
         self._eval_advance()
+        if not self._shown(trainer) or self._progress is not None or not self.log_every_percent:
+            return
+        done, total = batch_idx + 1, self._test_total(trainer)
+        if not total or done >= total or done < self._test_next:
+            return
+        self._test_next = done + max(1, total * self.log_every_percent // 100)
+        eta = (total - done) * (time.perf_counter() - self._test_t0) / done
+        log.info("test progress: batch %d/%d · ETA %s", done, total, time.strftime("%H:%M:%S", time.gmtime(eta)))
 
     def on_test_end(self, trainer, pl_module) -> None:
         self._eval_end()
+        if self._shown(trainer):
+            tokens = self._test_tokens * trainer.world_size  # this device's count x world size, as perf/tokens_seen
+            log.info("test: scored %s tokens in %.1f s", _si(tokens), time.perf_counter() - self._test_t0)
 
 
 def progress_bar_setting(trainer_cfg, callbacks: list) -> dict:
