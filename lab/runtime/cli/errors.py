@@ -128,7 +128,7 @@ def hydra_error_line(e: BaseException) -> str | None:
     """Hydra's multi-line report of a bad command line as one line saying what and how to fix it (None:
     not a command-line mistake)."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException  # noqa: PLC0415
-    from omegaconf.errors import OmegaConfBaseException, ValidationError  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
 
     text = str(e).strip()
     if isinstance(e, MissingConfigException) and e.options is not None:
@@ -164,8 +164,6 @@ def hydra_error_line(e: BaseException) -> str | None:
         typed = schema_error_line(cause) if isinstance(cause, OmegaConfBaseException) else None
         if typed:
             return typed
-        if isinstance(cause, ValidationError) and cause.full_key:  # a command-line value
-            return schema_type_error(cause.full_key, str(cause).splitlines()[0])
         in_file = re.search(r"^In '([^']+)': \w+ raised while composing config:\n(.*)\n\s*full_key: (\S+)", text, re.M)
         if in_file:  # a value in a conf/ file (an experiment, a recipe) that the schema refuses
             where, why, key = in_file.groups()
