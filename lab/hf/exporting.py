@@ -18,6 +18,7 @@ from lab.hf import tokenizer
 from lab.hf.family import Family, Kind
 from lab.hf.registry import families, kind_of
 from lab.models.gpt import GPT
+from lab.nn.mup import at_base
 
 log = logging.getLogger("lab")
 
@@ -96,6 +97,9 @@ def trained_length(model, meta: dict) -> int:
 def export(model, tok, meta: dict, out_dir: Path) -> Exported:
     """Write the model, its config and its tokenizer into out_dir; nothing when no class reproduces it."""
     kind = kind_of(model)
+    if not at_base(model.cfg):
+        raise LabError("model.parametrization=mup away from its base shape: transformers' classes have no 1/head_dim "
+                       "attention scale nor µP's output multiplier, so lab does not export it (docs/mup.md)")
     ids = special_token_ids(model, tok, kind)
     model_keys = set((meta.get("config") or {}).get("model") or {}) or None
     family = pick_family(model, families(kind), model_keys)

@@ -22,6 +22,7 @@ from lab.nn import (
     init_weights,
     parameter_roles,
 )
+from lab.nn.mup import output_multiplier, refuse_init_from
 
 log = logging.getLogger("lab")
 
@@ -106,6 +107,7 @@ class EncoderClassifierConfig(TransformerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        refuse_init_from(self, self.init_from)
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ConfigError(f"model.classifier_dropout={self.classifier_dropout!r} must be a probability in [0, 1)")
 
@@ -136,6 +138,7 @@ class EncoderClassifier(LabModel):
         self.dropout = nn.Dropout(classifier_dropout)
         self.classifier = nn.Linear(cfg.d_model, num_labels)
         init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
+        self.apply_parametrization()
 
     def parameter_roles(self) -> dict[str, Role]:
         return parameter_roles(self, readouts=(self.classifier,))  # a pooler's dense layer is Role.HEAD
@@ -179,15 +182,18 @@ class MLMHead(nn.Module):
     """BERT's prediction head: dense -> gelu -> layernorm -> vocabulary projection (weight given: tied).
     exact_gelu: the erf GELU instead of the tanh approximation; eps: the layernorm's epsilon."""
 
-    def __init__(self, d_model: int, vocab_size: int, exact_gelu: bool = False, eps: float = 1e-5):
+    def __init__(self, d_model: int, vocab_size: int, exact_gelu: bool = False, eps: float = 1e-5,
+                 output_scale: float | None = None):
         super().__init__()
         self.dense = nn.Linear(d_model, d_model)
         self.approximate = "none" if exact_gelu else "tanh"
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.decoder = nn.Linear(d_model, vocab_size)
+        self.output_scale = output_scale  # µP's multiplier for a tied decoder (lab.nn.mup.output_multiplier)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., V]
-        return self.decoder(self.norm(F.gelu(self.dense(h), approximate=self.approximate)))
+        h = self.norm(F.gelu(self.dense(h), approximate=self.approximate))
+        return self.decoder(h if self.output_scale is None else h * self.output_scale)
 
     @classmethod
     def for_model(cls, cfg: TransformerConfig, vocab_size: int) -> MLMHead:
@@ -197,7 +203,7 @@ class MLMHead(nn.Module):
         LayerNorm whatever the blocks use, and kept that epsilon). The shipped encoder_mlm (gelu, layernorm,
         norm_eps null = 1e-5) gets the head it always had."""
         eps = cfg.norm_eps if cfg.norm == "layernorm" else 1e-5
-        return cls(cfg.d_model, vocab_size, exact_gelu=cfg.ffn == "gelu_erf", eps=eps)
+        return cls(cfg.d_model, vocab_size, exact_gelu=cfg.ffn == "gelu_erf", eps=eps, output_scale=output_multiplier(cfg))
 
 
 class MaskedLM(LabModel):
@@ -212,6 +218,7 @@ class MaskedLM(LabModel):
         init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.mlm_head.decoder.weight = self.encoder.embed.tokens.weight
+        self.apply_parametrization()
 
     def parameter_roles(self) -> dict[str, Role]:
         # tied: mlm_head.decoder.weight is the token embedding's tensor, listed once, as Role.EMBEDDING: initialised

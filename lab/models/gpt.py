@@ -19,6 +19,7 @@ from lab.nn import (
     init_weights,
     parameter_roles,
 )
+from lab.nn.mup import output_multiplier, refuse_init_from
 
 
 @dataclass
@@ -37,6 +38,7 @@ class GPTConfig(TransformerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        refuse_init_from(self, self.init_from)
         if self.logit_softcap is not None and not self.logit_softcap > 0:
             raise ConfigError(f"model.logit_softcap={self.logit_softcap!r} must be a number in (0, inf) or null")
 
@@ -55,12 +57,13 @@ class GPT(LabModel):
         self.decoder = TransformerStack(cfg, causal=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         self.softcap = SoftCap(logit_softcap) if logit_softcap is not None else None
-        self.output_scale = cfg.d_model ** -0.5 if cfg.output_scale else None
+        self.output_scale = output_multiplier(cfg)
         init_weights(self, cfg.init_std, cfg.n_layers, zero_init_proj=zero_init_proj, embed_std=cfg.embed_init_std)
         if cfg.tie_embeddings:  # after init, so both names share one tensor
             self.lm_head.weight = self.embed.tokens.weight
         elif zero_init_proj:
             nn.init.zeros_(self.lm_head.weight)
+        self.apply_parametrization()
 
     def parameter_roles(self) -> dict[str, Role]:
         # tied: lm_head.weight is the token embedding's tensor, listed once, as Role.EMBEDDING: it is initialised

@@ -18,6 +18,7 @@ from lab.nn import (
     init_weights,
     parameter_roles,
 )
+from lab.nn.mup import output_multiplier, refuse_init_from
 
 
 @dataclass
@@ -30,6 +31,10 @@ class EncoderDecoderConfig(TransformerConfig):
     projection (Press & Wolf 2017; "Attention Is All You Need" 3.4 shares all three)."""
     init_from: str | None = None
     """A Hugging Face model directory (MarianMTModel) whose weights the task loads before training."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        refuse_init_from(self, self.init_from)
 
 
 class EncoderDecoder(LabModel):
@@ -52,12 +57,13 @@ class EncoderDecoder(LabModel):
         self.encoder = TransformerStack(cfg, causal=False)
         self.decoder = TransformerStack(cfg, causal=True, cross_attention=True)
         self.lm_head = nn.Linear(cfg.d_model, vocab_size, bias=False)
-        self.output_scale = cfg.d_model ** -0.5 if cfg.output_scale else None  # T5's (model.output_scale)
+        self.output_scale = output_multiplier(cfg)  # T5's (model.output_scale), µP's for a tied head
         init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)
         if share_embeddings:  # after init, so the names share one tensor
             self.tgt_embed.tokens.weight = self.src_embed.tokens.weight
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tgt_embed.tokens.weight
+        self.apply_parametrization()
 
     def parameter_roles(self) -> dict[str, Role]:
         # tied: lm_head.weight is the (target, with share_embeddings also the source) token embedding's tensor,

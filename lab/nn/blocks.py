@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.errors import ConfigError
+from lab.nn import mup
 from lab.nn.attention import KVCache, MultiHeadAttention, causal_mask
 from lab.nn.config import TransformerConfig
 from lab.nn.ffn import make_ffn
@@ -94,7 +95,7 @@ def make_block(
         qk_norm = (RMSNorm(cfg.head_dim, eps), RMSNorm(cfg.head_dim, eps)) if cfg.qk_norm else None
         return MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, rotary=rotary,
                                   cross=cross, qk_norm=qk_norm, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
-                                  scale=cfg.attention_scale)
+                                  scale=mup.attention_scale(cfg))
 
     n_sublayers = 3 if cross_attention else 2
     return Block(
@@ -170,7 +171,7 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, cfg.d_model)
         self.positions = make_absolute_positions(cfg.positions, cfg.max_seq_len, cfg.d_model)
-        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.scale = mup.embedding_scale(cfg)
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias, cfg.norm_eps) if cfg.embed_norm else None
         self.max_len = cfg.max_seq_len
         self.dropout = cfg.dropout

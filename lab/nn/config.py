@@ -18,6 +18,7 @@ ROUTERS = ("token_choice", "expert_choice")
 GATES = ("softmax", "sigmoid")
 SCOPES = ("local", "global")
 DISPATCHES = ("auto", "grouped_mm", "loop")
+PARAMETRIZATIONS = ("sp", "mup")
 TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
 
 
@@ -118,6 +119,16 @@ class MoEConfig:
         return (layer + 1) % self.every_n == 0
 
 
+def scaled_to_base(cfg: TransformerConfig, name: str, value: int) -> int:
+    """A width of this model at the µP base: value x mup_base_width / d_model, which must be a whole number (else
+    the base's own value is asked for)."""
+    base, rest = divmod(value * cfg.mup_base_width, cfg.d_model)
+    if rest or base < 1:
+        raise ConfigError(f"model.{name}={value} x mup_base_width {cfg.mup_base_width} / d_model {cfg.d_model} is not a "
+                          f"whole number: set {'a proportional ' + name if '.' in name else 'model.mup_base_' + name}")
+    return base
+
+
 @dataclass
 class TransformerConfig:
     """Every architectural choice of a transformer stack, as one flat record.
@@ -202,6 +213,19 @@ class TransformerConfig:
     # 2.3 cannot merge a command-line mapping (model.moe={...}) into a typed node whose value is None.
     moe: Any = None
     """Mixture-of-experts settings replacing the dense FFN (lab.nn.config.MoEConfig's fields); None for dense."""
+    parametrization: str = "sp"
+    """sp (standard: GPT-2 init, one Adam lr for every matrix) | mup (µP, Yang et al. 2022: init, Adam lrs, attention
+    scale and output multiplier scaled relative to the base shape below, so the lr tuned at the base transfers to
+    other widths; at the base shape it equals sp exactly). Rules: lab/nn/mup.py; workflow: docs/mup.md."""
+    mup_base_width: int | None = None
+    """parametrization=mup: the d_model of the base model whose tuned hyperparameters transfer. None: d_model (this
+    model is the base). Unused under sp."""
+    mup_base_head_dim: int | None = None
+    """parametrization=mup: the base model's head_dim. None: head_dim x mup_base_width / d_model (n_heads fixed,
+    heads widen with the model). Unused under sp."""
+    mup_base_d_ff: int | None = None
+    """parametrization=mup: the base model's d_ff (experts' own width, moe.expert_hidden, scales with d_model too).
+    None: d_ff x mup_base_width / d_model. Unused under sp."""
 
     def __post_init__(self) -> None:
         """What the types cannot say: choices, ranges and cross-field rules; fills the derived fields (None ->
@@ -279,6 +303,25 @@ class TransformerConfig:
             self.d_ff = 4 * self.d_model if self.ffn != "swiglu" else 64 * round(8 * self.d_model / 3 / 64)
         if self.moe is not None:
             self.moe.validate(self.n_layers)
+        check("parametrization", self.parametrization, PARAMETRIZATIONS)
+        if self.parametrization == "mup":
+            self._fill_mup_base()
+
+    def _fill_mup_base(self) -> None:
+        """The base shape's unset fields, proportional to d_model (whole numbers, or the field must be set)."""
+        if self.mup_base_width is None:
+            self.mup_base_width = self.d_model
+        for name in ("mup_base_width", "mup_base_head_dim", "mup_base_d_ff"):
+            value = getattr(self, name)
+            if value is not None and int(value) <= 0:
+                raise ConfigError(f"model.{name}={value!r} must be an integer >= 1, or null (module lab.nn.mup)")
+        if self.mup_base_head_dim is None:
+            self.mup_base_head_dim = scaled_to_base(self, "head_dim", self.head_dim)
+        if self.mup_base_d_ff is None:
+            self.mup_base_d_ff = scaled_to_base(self, "d_ff", self.d_ff)
+        if self.positions == "rotary" and self.mup_base_head_dim % 2:
+            raise ConfigError(f"rotary positions need an even base head size, got model.mup_base_head_dim="
+                              f"{self.mup_base_head_dim}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> TransformerConfig:

@@ -15,6 +15,7 @@ from lab.nn.fsdp import ShardsBlocks, fully_shard_blocks
 from lab.nn.params import count_parameters
 from lab.nn.roles import NO_DECAY_ROLES
 from lab.tasks.config import Finetune
+from lab.tasks.optim import apply_lr_scales, parametrized_groups
 
 log = logging.getLogger("lab")
 
@@ -57,8 +58,11 @@ class Task(L.LightningModule):
             groups = [{**g, "params": [p for p in g["params"] if id(p) not in self.head_ids]} for g in groups] + \
                      [{**g, "params": head(g), "lr": self.finetune.head_lr} for g in groups]
             groups = [g for g in groups if g["params"]]
+        scales = self.model.parameter_scales()  # model.parametrization's lrs (lab.nn.mup), all 1 under sp
+        groups = parametrized_groups(groups, {p: scales[n].lr for n, p in named})
         takes_roles = "roles" in inspect.signature(self.optimizer_factory).parameters
         optimizer = self.optimizer_factory(groups, **({"roles": {p: roles[n] for n, p in named}} if takes_roles else {}))
+        apply_lr_scales(optimizer)
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)

@@ -148,6 +148,37 @@ def warmup_stable_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
     return WarmupStableDecay(optimizer, warmup_steps, total_steps, min_lr, decay_fraction)
 
 
+def parametrized_groups(groups: list[dict], lr_scales: Mapping[torch.Tensor, float]) -> list[dict]:
+    """model.parametrization's per-parameter learning rates as parameter groups: each group split by its
+    parameters' factor (lab.nn.mup.Scale.lr), the factor-1 part first and unmarked (under sp and at the µP base:
+    the groups as given, the same objects), every other part marked `lr_scale`, which apply_lr_scales turns
+    into the group's lr once the optimizer has filled in its defaults."""
+    out = []
+    for g in groups:
+        by_scale: dict[float, list[torch.Tensor]] = {}
+        for p in g["params"]:
+            by_scale.setdefault(lr_scales[p], []).append(p)
+        if set(by_scale) <= {1.0}:
+            out.append(g)
+            continue
+        rest = {k: v for k, v in g.items() if k != "params"}
+        out += [{**rest, "params": ps, **({"lr_scale": s} if s != 1.0 else {})}
+                for s, ps in sorted(by_scale.items(), key=lambda item: item[0] != 1.0)]
+    return out
+
+
+def apply_lr_scales(optimizer: Optimizer) -> None:
+    """Each group marked by parametrized_groups: lr x lr_scale and weight_decay / lr_scale (AdamW's decay per step,
+    lr x weight_decay, stays the base's, as mup.MuAdamW keeps it). MuonAdamW gives its Muon groups no mark
+    (lab.nn.mup says why). Run once, right after the optimizer is built and before the schedule reads its lrs;
+    a resumed optimizer brings the scaled values in its state."""
+    for g in optimizer.param_groups:
+        scale = g.pop("lr_scale", 1.0)
+        if scale != 1.0:
+            g["lr"] *= scale
+            g["weight_decay"] /= scale
+
+
 NS_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 """Newton-Schulz's compute dtypes (MuonAdamW's ns_dtype)."""
 
