@@ -1,5 +1,5 @@
 """python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--budget common|finished]
-[--value final|best] [--out DIR] [--watch]"""
+[--value final|best] [--out DIR] [--watch] [--transfer]"""
 from __future__ import annotations
 
 import argparse
@@ -85,7 +85,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--watch", action="store_true", help="re-render whenever a run writes (Ctrl-C stops)")
     parser.add_argument("--wandb", choices=("auto", "on", "off"), default="auto",
                         help="log the tables to W&B under the sweep's group: auto = when the runs logged to W&B")
+    parser.add_argument("--transfer", action="store_true", help="instead: loss against log2(lr), a curve per width, sp "
+                        "beside mup, and the best lr per width (lab.report.transfer) -> transfer.html, transfer.md")
     args = parser.parse_args(argv)
+    if args.transfer:
+        from lab.report.transfer import render as transfer  # noqa: PLC0415
+
+        out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
+        print("wrote", *transfer(args.paths, out, args.metric or "val/loss"), file=sys.stderr)
+        return
     render(args)
     if args.watch:
         seen = _signature(args.paths)

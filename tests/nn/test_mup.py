@@ -90,6 +90,7 @@ def test_init_and_adam_lrs_are_the_mup_packages(width):
         return [x for p in named.values() for x in of[id(p)]]
 
     assert per_param(ours) == pytest.approx(per_param(reference))
+    assert ours.param_groups[0]["lr"] == 1e-2  # the unscaled part first: the schedules' min_lr is the first group's
     for (name, p), q in zip(named.items(), dict(sp.named_parameters()).values(), strict=True):
         factor = p.infshape.width_mult() ** -0.5 if p.infshape.ninf() == 2 else 1.0
         torch.testing.assert_close(p, q * factor, msg=name)
