@@ -55,6 +55,8 @@ def translator_args(tmp_path) -> list[str]:
 # name, data args, optimizer steps, steps between validations (each writes last.ckpt), step of the interruption
 CASES = {
     "lm": (lambda p: LM, 12, 4, 6),
+    # µP away from its base (lab.nn.mup): its per-parameter lrs are param groups of their own, saved and restored
+    "lm-mup": (lambda p: [*LM, "model.parametrization=mup", "model.mup_base_width=16"], 12, 4, 6),
     "classifier": (classifier_args, 18, 5, 11),  # resumes at step 10: epoch 1, 2 steps in
     "translator": (translator_args, 16, 5, 12),  # resumes at step 10, after an epoch of another batch count
     # 60 pairs in batches of 12: 5 per epoch; resumes at step 8, epoch 1 (an even batch count per epoch with
