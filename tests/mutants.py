@@ -127,7 +127,7 @@ MUTANTS = [
     ("training metrics are rank 0's", "lab/tasks/base.py",
      'strategy.reduce(t, reduce_op="mean") if self.trainer.world_size > 1 else t', "t", [GLOBAL_METRICS]),
     ("training metrics logged every micro-batch (the step's last one's)", "lab/tasks/base.py",
-     "if not self._train_means or self.global_step == self._means_from:", "if not self._train_means:", [GLOBAL_METRICS]),
+     "if not self._train_means or self.trainer.fit_loop._should_accumulate():", "if not self._train_means:", [GLOBAL_METRICS]),
     ("validation routing statistics are rank 0's", "lab/tasks/base.py",
      "self.log_dict(metrics, sync_dist=True)", "self.log_dict(metrics)", [GLOBAL_METRICS]),
     ("a step's micro-batches summed, not averaged", "lab/tasks/step_metrics.py",

@@ -43,8 +43,8 @@ class Task(L.LightningModule):
         # (a translator's; empty for the other tasks)
         self.test_outputs: list[tuple[str, str, str]] = []
         self._rng_to_restore: dict | None = None  # a resumed checkpoint's random state, until the first step
-        # training metrics of the optimizer step being accumulated (log_train), since global step _means_from
-        self._train_means, self._means_from, self._prog_bar = StepMeans(), 0, set()
+        # training metrics of the optimizer step being accumulated (log_train)
+        self._train_means, self._prog_bar = StepMeans(), set()
         self._expert_layers: dict[str, int] = {}  # MoE layer -> experts, for the W&B histogram of their shares
 
     def configure_optimizers(self):
@@ -126,23 +126,22 @@ class Task(L.LightningModule):
             self.log_dict(metrics, sync_dist=True)
 
     def log_train(self, metrics: dict[str, torch.Tensor], prog_bar: bool = False) -> None:
-        """A training micro-batch's metrics. Logged once per optimizer step (on_train_batch_end) as each one's mean
+        """A training micro-batch's metrics. Logged once per optimizer step (on_after_backward) as each one's mean
         over the step's micro-batches and over the processes, what one process logs for the same global batch."""
-        if not self._train_means:
-            self._means_from = self.global_step
         self._train_means.add(metrics)
         if prog_bar:
             self._prog_bar.update(metrics)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if not self._train_means or self.global_step == self._means_from:
+    def on_after_backward(self) -> None:
+        """After the step's last micro-batch: its training metrics, logged before the callbacks of the step read them
+        (Lightning's own test of whether this micro-batch steps the optimizer)."""
+        if not self._train_means or self.trainer.fit_loop._should_accumulate():
             return  # no metrics, or the optimizer step is still accumulating
         strategy = self.trainer.strategy
         means = self._train_means.take(lambda t: strategy.reduce(t, reduce_op="mean") if self.trainer.world_size > 1 else t)
         self.log_dict({k: v for k, v in means.items() if k in self._prog_bar}, prog_bar=True)
         self.log_dict({k: v for k, v in means.items() if k not in self._prog_bar})
-        # the step just taken is global_step - 1
-        if self._expert_layers and (self.global_step - 1) % self.trainer.log_every_n_steps == 0:
+        if self._expert_layers and self.global_step % self.trainer.log_every_n_steps == 0:
             self._log_expert_histograms(means)
 
     def _log_expert_histograms(self, means: dict[str, torch.Tensor]) -> None:
@@ -157,7 +156,7 @@ class Task(L.LightningModule):
                     shares = [float(means[f"train/moe/{layer}/expert_{i}"]) for i in range(experts)]
                     edges = list(range(experts + 1))  # bin i = expert i
                     charts[f"train/moe/{layer}/experts"] = wandb.Histogram(np_histogram=(shares, edges))
-                logger.log_metrics(charts, step=self.global_step - 1)
+                logger.log_metrics(charts, step=self.global_step)
 
     def log_final_samples(self) -> None:
         """After training (and the test): examples of what the trained model produces, if the task makes any
