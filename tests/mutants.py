@@ -29,6 +29,7 @@ FLOPS = "tests/models/test_models.py::test_flops_count_the_parameters_of_matrix_
 RESUME_CLS = "tests/runtime/trainer/test_resume.py::test_resumed_run_continues_the_uninterrupted_curve[classifier-accum1]"
 SCHEMAS = "tests/models/test_model_schemas.py"
 PROGRESS = "tests/runtime/callbacks/test_progress.py"
+GLOBAL_METRICS = "tests/runtime/trainer/test_global_metrics.py"
 
 MUTANTS = [
     # lab/models/decoding.py
@@ -123,6 +124,14 @@ MUTANTS = [
     ("resume forgets the dropout random state", "lab/tasks/base.py",
      "        if rng:\n            states = rng[\"torch\"]", "        if False:\n            states = rng[\"torch\"]",
      [RESUME_CLS]),
+    ("training metrics are rank 0's", "lab/tasks/base.py",
+     'strategy.reduce(t, reduce_op="mean") if self.trainer.world_size > 1 else t', "t", [GLOBAL_METRICS]),
+    ("training metrics logged every micro-batch (the step's last one's)", "lab/tasks/base.py",
+     "if not self._train_means or self.trainer.fit_loop._should_accumulate():", "if not self._train_means:", [GLOBAL_METRICS]),
+    ("validation routing statistics are rank 0's", "lab/tasks/base.py",
+     "self.log_dict(metrics, sync_dist=True)", "self.log_dict(metrics)", [GLOBAL_METRICS]),
+    ("a step's micro-batches summed, not averaged", "lab/tasks/step_metrics.py",
+     "reduce(sums / torch.tensor(", "reduce(sums + 0 * torch.tensor(", [GLOBAL_METRICS]),
     # BERT layout and the Hugging Face export (lab/nn, lab/models, lab/hf)
     ("embed_norm is ignored", "lab/nn/blocks.py",
      "if cfg.embed_norm else None", "if False else None",

@@ -13,6 +13,7 @@ QK_NORM = ("tests/nn/test_attention.py::test_qk_norm_attention_equals_a_naive_lo
            "tests/nn/test_attention.py::test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys")
 FFN = ("tests/nn/test_ffn.py",)
 BLOCKS = ("tests/nn/test_blocks.py",)
+DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step",)
 RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
@@ -28,25 +29,33 @@ MUTANTS = [
     Mutant("muon: AdamW never steps", "lab/tasks/optim.py",
            "        self.adamw.step()\n", "", MUON),
     Mutant("muon: the experts of a stack are orthogonalised as one joint matrix", "lab/tasks/optim.py",
-           "ortho = newton_schulz(torch.cat([u.reshape(-1, *shape) for u in updates])",
-           "ortho = newton_schulz(torch.cat([u.reshape(-1, shape[1]).unsqueeze(0) for u in updates])", MUON),
+           "torch.cat([items[i][0].reshape(n, *shape) for i, n in",
+           "torch.cat([items[i][0].reshape(-1, shape[1]).unsqueeze(0) for i, n in", MUON),
     Mutant("muon: a stack's matrices are normalised by the stack's norm", "lab/tasks/optim.py",
            "torch.linalg.vector_norm(y, dim=(-2, -1), keepdim=True)", "y.norm()", MUON),
     Mutant("muon: the expert's lr is adjusted by the stack's first two sizes", "lab/tasks/optim.py",
-           "p.add_(o, alpha=-adjusted_lr(lr, group[\"adjust_lr_fn\"], *shape))",
-           "p.add_(o, alpha=-adjusted_lr(lr, group[\"adjust_lr_fn\"], *p.shape[:2]))", MUON),
+           "w.add_(o, alpha=-adjusted_lr(lr, group[\"adjust_lr_fn\"], *p.shape[-2:]))",
+           "w.add_(o, alpha=-adjusted_lr(lr, group[\"adjust_lr_fn\"], *p.shape[:2]))", MUON),
     Mutant("muon: tall matrices are not turned wide", "lab/tasks/optim.py",
            "    tall = x.size(-2) > x.size(-1)\n", "    tall = False\n", MUON),
     Mutant("muon: Nesterov ignored", "lab/tasks/optim.py",
            "update = p.grad.lerp(buf, momentum) if group[\"nesterov\"] else buf", "update = buf", MUON),
     Mutant("muon: weight decay before the update is dropped", "lab/tasks/optim.py",
-           "                p.mul_(1 - lr * group[\"weight_decay\"])\n", "", MUON),
+           "            w.mul_(1 - lr * group[\"weight_decay\"])\n", "", MUON),
     Mutant("muon: match_rms_adamw's adjustment is the original's", "lab/tasks/optim.py",
            "return lr * 0.2 * math.sqrt(max(rows, cols))", "return lr * math.sqrt(max(1, rows / cols))", MUON),
     Mutant("muon: ns_dtype ignored (always bfloat16)", "lab/tasks/optim.py",
            "ns_dtype=NS_DTYPES[ns_dtype])", "ns_dtype=torch.bfloat16)", MUON),
     Mutant("muon: a stack's matrices mixed across shapes", "lab/tasks/optim.py",
-           "key = (tuple(p.shape[-2:]), p.device,", "key = (tuple(sorted(p.shape[-2:])), p.device,", MUON),
+           "key = (tuple(u.shape[-2:]), u.device,", "key = (tuple(sorted(u.shape[-2:])), u.device,", MUON),
+    Mutant("distributed muon: each rank orthogonalises its own shards of the matrices", "lab/tasks/optim.py",
+           "if row_sharded(u) and u.ndim == 2:", "if False:", DIST_MUON),
+    Mutant("distributed muon: rank 0 owns every matrix", "lab/tasks/optim.py",
+           "owner[i] = min(range(ranks), key=lambda r: load[r])", "owner[i] = 0", DIST_MUON),
+    Mutant("distributed muon: expert shards gathered whole on every rank", "lab/tasks/optim.py",
+           "elif row_sharded(u) or not isinstance(u, DTensor):", "elif not isinstance(u, DTensor):", DIST_MUON),
+    Mutant("distributed muon: shard rows rounded down", "lab/tasks/optim.py",
+           "chunk = -(-rows // ranks)", "chunk = max(1, rows // ranks)", DIST_MUON),
     Mutant("wsd: the decay starts one step late", "lab/tasks/optim.py",
            "(step - (self.total_steps - decay_steps)) / decay_steps", "(step - 1 - (self.total_steps - decay_steps)) / decay_steps",
            WSD),

@@ -16,6 +16,7 @@ from lab.nn.params import count_parameters
 from lab.nn.roles import NO_DECAY_ROLES
 from lab.tasks.config import Finetune
 from lab.tasks.optim import apply_lr_scales, parametrized_groups
+from lab.tasks.step_metrics import StepMeans
 
 log = logging.getLogger("lab")
 
@@ -43,6 +44,9 @@ class Task(L.LightningModule):
         # (a translator's; empty for the other tasks)
         self.test_outputs: list[tuple[str, str, str]] = []
         self._rng_to_restore: dict | None = None  # a resumed checkpoint's random state, until the first step
+        # training metrics of the optimizer step being accumulated (log_train)
+        self._train_means, self._prog_bar = StepMeans(), set()
+        self._expert_layers: dict[str, int] = {}  # MoE layer -> experts, for the W&B histogram of their shares
 
     def configure_optimizers(self):
         roles = self.model.parameter_roles()
@@ -89,14 +93,14 @@ class Task(L.LightningModule):
         """compile=true: torch.compile the model (lab.runtime.trainer.strategies.compile_model calls this)."""
         self.model.compile()
 
-    def aux_loss(self, stage: str, aux: Aux) -> torch.Tensor | float:
-        """The auxiliary losses a forward returned (MoE routing losses), already weighted, summed for the task
-        loss; 0 for dense models. Logs their sum as `<stage>/aux_loss` and each MoE layer's routing statistics
+    def aux_loss(self, aux: Aux) -> torch.Tensor | float:
+        """The auxiliary losses a training forward returned (MoE routing losses), already weighted, summed for the
+        task loss; 0 for dense models. Logs their sum as `train/aux_loss` and each MoE layer's routing statistics
         (see `log_routing`)."""
         total = aux.loss()
         if isinstance(total, torch.Tensor):
-            self.log(f"{stage}/aux_loss", total.detach())
-        self.log_routing(stage, aux)
+            self.log_train({"train/aux_loss": total})
+        self.log_routing("train", aux)
         return total
 
     def log_routing(self, stage: str, aux: Aux) -> None:
@@ -104,7 +108,9 @@ class Task(L.LightningModule):
         (nats), dropped (share of token->expert assignments over capacity), expert_<i> (share of the
         assignments routed to expert i, one CSV column each) and, with auxiliary-loss-free balancing, bias_<i>
         (expert i's selection bias). In training, every log_every_n_steps, the
-        expert shares also go to W&B as a histogram over experts (one bar per expert, a heat map over steps)."""
+        expert shares also go to W&B as a histogram over experts (one bar per expert, a heat map over steps).
+        Training values are means over the step's micro-batches and the processes (log_train); validation and
+        test values are means over the batches of every process (Lightning's sync_dist)."""
         layers = {name: routing.stats for name, routing in aux.routing.items()}  # e.g. "decoder.1"
         if not layers:
             return
@@ -117,11 +123,32 @@ class Task(L.LightningModule):
                     metrics.update({f"{stage}/moe/{layer}/{key}_{i}": v for i, v in enumerate(value)})
                 else:
                     metrics[f"{stage}/moe/{layer}/{key}"] = value
-        self.log_dict(metrics)
-        if stage == "train" and self.global_step % self.trainer.log_every_n_steps == 0:
-            self._log_expert_histograms(layers)
+        if stage == "train":
+            self.log_train(metrics)
+            self._expert_layers = {layer: len(stats["expert_fraction"]) for layer, stats in layers.items()}
+        else:
+            self.log_dict(metrics, sync_dist=True)
 
-    def _log_expert_histograms(self, layers: dict[str, dict[str, torch.Tensor]]) -> None:
+    def log_train(self, metrics: dict[str, torch.Tensor], prog_bar: bool = False) -> None:
+        """A training micro-batch's metrics. Logged once per optimizer step (on_after_backward) as each one's mean
+        over the step's micro-batches and over the processes, what one process logs for the same global batch."""
+        self._train_means.add(metrics)
+        if prog_bar:
+            self._prog_bar.update(metrics)
+
+    def on_after_backward(self) -> None:
+        """After the step's last micro-batch: its training metrics, logged before the callbacks of the step read them
+        (Lightning's own test of whether this micro-batch steps the optimizer)."""
+        if not self._train_means or self.trainer.fit_loop._should_accumulate():
+            return  # no metrics, or the optimizer step is still accumulating
+        strategy = self.trainer.strategy
+        means = self._train_means.take(lambda t: strategy.reduce(t, reduce_op="mean") if self.trainer.world_size > 1 else t)
+        self.log_dict({k: v for k, v in means.items() if k in self._prog_bar}, prog_bar=True)
+        self.log_dict({k: v for k, v in means.items() if k not in self._prog_bar})
+        if self._expert_layers and self.global_step % self.trainer.log_every_n_steps == 0:
+            self._log_expert_histograms(means)
+
+    def _log_expert_histograms(self, means: dict[str, torch.Tensor]) -> None:
         from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
 
         for logger in self.loggers:
@@ -129,10 +156,10 @@ class Task(L.LightningModule):
                 import wandb  # noqa: PLC0415
 
                 charts = {}
-                for layer, stats in layers.items():
-                    shares = stats["expert_fraction"].float().cpu().numpy()
-                    edges = list(range(len(shares) + 1))  # bin i = expert i
-                    charts[f"train/moe/{layer}/experts"] = wandb.Histogram(np_histogram=(shares.tolist(), edges))
+                for layer, experts in self._expert_layers.items():
+                    shares = [float(means[f"train/moe/{layer}/expert_{i}"]) for i in range(experts)]
+                    edges = list(range(experts + 1))  # bin i = expert i
+                    charts[f"train/moe/{layer}/experts"] = wandb.Histogram(np_histogram=(shares, edges))
                 logger.log_metrics(charts, step=self.global_step)
 
     def log_final_samples(self) -> None:

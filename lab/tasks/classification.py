@@ -67,8 +67,8 @@ class ClassificationTask(Task):
 
     def training_step(self, batch, batch_idx):
         loss, _, aux = self._step(batch, "train")
-        aux_total = self.aux_loss("train", aux)
-        self.log("train/loss", loss, prog_bar=True)
+        aux_total = self.aux_loss(aux)
+        self.log_train({"train/loss": loss}, prog_bar=True)
         return loss + aux_total
 
     def validation_step(self, batch, batch_idx):

@@ -38,8 +38,8 @@ class LanguageModelTask(Task):
 
     def training_step(self, batch, batch_idx):
         loss, aux = self._loss(batch)
-        aux_total = self.aux_loss("train", aux)
-        self.log("train/loss", loss, prog_bar=True)
+        aux_total = self.aux_loss(aux)
+        self.log_train({"train/loss": loss}, prog_bar=True)
         return loss + aux_total
 
     def _eval_step(self, batch, stage: str) -> None:

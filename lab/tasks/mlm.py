@@ -29,8 +29,8 @@ class MLMTask(Task):
 
     def training_step(self, batch, batch_idx):
         loss, acc, _, aux = self._step(batch)
-        aux_total = self.aux_loss("train", aux)
-        self.log_dict({"train/loss": loss, "train/acc": acc}, prog_bar=True)
+        aux_total = self.aux_loss(aux)
+        self.log_train({"train/loss": loss, "train/acc": acc}, prog_bar=True)
         return loss + aux_total
 
     def _eval_step(self, batch, stage: str) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
@@ -209,13 +209,31 @@ def adjusted_lr(lr: float, adjust_lr_fn: str | None, rows: int, cols: int) -> fl
     return lr
 
 
+def shard_rows(rows: int, ranks: int) -> list[int]:
+    """How many of a matrix's `rows` each of `ranks` ranks holds under DTensor's Shard(0) (FSDP2's layout):
+    torch.chunk's rule, ceil(rows / ranks) each in rank order, the last ones short or empty."""
+    chunk = -(-rows // ranks)
+    return [max(0, min(chunk, rows - r * chunk)) for r in range(ranks)]
+
+
+def row_sharded(t: torch.Tensor) -> bool:
+    """A DTensor in FSDP2's default layout: rows split over a 1-D mesh (Shard(0))."""
+    return isinstance(t, DTensor) and t.device_mesh.ndim == 1 and t.placements == (Shard(0),)
+
+
 class BatchedMuon(Optimizer):
     """torch.optim.Muon with one stacked Newton-Schulz per matrix shape: its group keys, its defaults, its state
     (`momentum_buffer` per parameter) and its update, so a checkpoint of one resumes in the other; it also takes
     3-D stacks [E, out, in] (MoE experts), each expert's matrix orthogonalised and its learning rate adjusted on
-    its own. Stacks gather the matrices of one shape across groups with the same Newton-Schulz settings. Under
-    FSDP2 (DTensor shards) each matrix is gathered whole once (one all-gather, not a collective per Newton-Schulz
-    matmul), every rank orthogonalises the stack, and each keeps its own shard of the update.
+    its own. Stacks gather the matrices of one shape across groups with the same Newton-Schulz settings.
+
+    Under FSDP2 (DTensor shards of rows over a 1-D mesh) the ranks share the work, as Moonlight's distributed Muon
+    and modded-nanogpt do: each matrix has one owner rank (the largest first, each to the least loaded rank); one
+    all-to-all per bucket (the matrices of one mesh and dtype) sends every shard to its matrix's owner, each owner
+    orthogonalises its whole matrices, and a second all-to-all sends each rank its shard of the results: two
+    collectives per bucket and step, whatever the number of matrices. An expert stack's shard holds whole experts
+    (FSDP2 splits the expert dimension), so each rank orthogonalises its own experts with no collective. Any other
+    DTensor layout is gathered whole (one all-gather per matrix) and orthogonalised on every rank.
 
     ns_dtype: Newton-Schulz's compute dtype (torch.optim.Muon's is bfloat16)."""
 
@@ -234,13 +252,29 @@ class BatchedMuon(Optimizer):
                 if p.ndim not in (2, 3):
                     raise ValueError(f"Muon takes matrices and stacks of matrices, not a parameter of size {tuple(p.shape)}")
 
+    def _orthogonalise(self, items: list[tuple[torch.Tensor, dict]]) -> list[torch.Tensor]:
+        """Newton-Schulz of each (matrix or stack [E, out, in], group), one stacked call per shape and setting;
+        the results in the order given, each in its input's shape."""
+        stacks: dict[tuple, list[int]] = {}
+        for i, (u, group) in enumerate(items):
+            key = (tuple(u.shape[-2:]), u.device, tuple(group["ns_coefficients"]), group["ns_steps"], group["eps"])
+            stacks.setdefault(key, []).append(i)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(items)
+        for (shape, _, coefficients, steps, eps), members in stacks.items():
+            counts = [items[i][0].numel() // (shape[0] * shape[1]) for i in members]
+            ortho = newton_schulz(torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)]),
+                                  coefficients, steps, eps, self.ns_dtype)
+            for i, o in zip(members, ortho.split(counts), strict=True):
+                out[i] = o.reshape(items[i][0].shape)
+        return out
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        stacks: dict[tuple, list[tuple[torch.Tensor, torch.Tensor, dict]]] = {}
+        members: list[tuple[torch.Tensor, torch.Tensor, dict]] = []
         for group in self.param_groups:
             momentum = group["momentum"]
             for p in group["params"]:
@@ -252,30 +286,79 @@ class BatchedMuon(Optimizer):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
-                key = (tuple(p.shape[-2:]), p.device, type(p), tuple(group["ns_coefficients"]), group["ns_steps"],
-                       group["eps"])
-                stacks.setdefault(key, []).append((p, update, group))
-        for (shape, _, _, coefficients, steps, eps), members in stacks.items():
-            updates = [u for _, u, _ in members]
-            if isinstance(members[0][0], DTensor):
-                # FSDP2's shards: each matrix whole (one all-gather), the result cut back to this rank's shard
-                full = [u.full_tensor() for u in updates]
-                ortho = newton_schulz(torch.cat([f.reshape(-1, *shape) for f in full]), coefficients, steps, eps,
-                                      self.ns_dtype)
-                pieces = ortho.split([f.numel() // (shape[0] * shape[1]) for f in full])
-                ortho_updates = [DTensor.from_local(o.reshape(u.shape), u.device_mesh, [Replicate()] * u.device_mesh.ndim,
-                                                    run_check=False).redistribute(u.device_mesh, u.placements)
-                                 for o, u in zip(pieces, updates, strict=True)]
+                members.append((p, update, group))
+        # what each rank orthogonalises: local matrices and expert shards, gathered matrices, and the matrices it owns
+        local: list[tuple[torch.Tensor, dict]] = []
+        buckets: dict[tuple, list[int]] = {}
+        for i, (_, u, group) in enumerate(members):
+            if row_sharded(u) and u.ndim == 2:
+                buckets.setdefault((u.device_mesh, u.dtype), []).append(i)
+            elif row_sharded(u) or not isinstance(u, DTensor):
+                local.append((u.to_local() if isinstance(u, DTensor) else u, group))
             else:
-                ortho = newton_schulz(torch.cat([u.reshape(-1, *shape) for u in updates]), coefficients, steps, eps,
-                                      self.ns_dtype)
-                ortho_updates = [o.reshape(u.shape) for o, u in
-                                 zip(ortho.split([u.numel() // (shape[0] * shape[1]) for u in updates]), updates, strict=True)]
-            for (p, _, group), o in zip(members, ortho_updates, strict=True):
-                lr = group["lr"]
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *shape))
+                local.append((u.full_tensor(), group))  # other layouts: whole on every rank, one all-gather
+        exchanges = [self._send_to_owners(members, indices) for indices in buckets.values()]
+        owned = [(full, members[i][2]) for ex in exchanges for i, full in ex["owned"]]
+        ortho = self._orthogonalise(local + owned)
+        ortho_local, ortho_owned = ortho[:len(local)], iter(ortho[len(local):])
+        results: dict[int, torch.Tensor] = {}
+        for ex in exchanges:
+            results.update(self._return_to_shards(members, ex, [next(ortho_owned) for _ in ex["owned"]]))
+        ortho_local = iter(ortho_local)
+        for i, (p, u, group) in enumerate(members):
+            o = results[i] if i in results else next(ortho_local)
+            if isinstance(u, DTensor) and not row_sharded(u):
+                o = DTensor.from_local(o, u.device_mesh, [Replicate()] * u.device_mesh.ndim,
+                                       run_check=False).redistribute(u.device_mesh, u.placements).to_local()
+            w = p.to_local() if isinstance(p, DTensor) else p
+            lr = group["lr"]
+            w.mul_(1 - lr * group["weight_decay"])
+            w.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *p.shape[-2:]))
         return loss
+
+    @staticmethod
+    def _send_to_owners(members: list[tuple[torch.Tensor, torch.Tensor, dict]], indices: list[int]) -> dict:
+        """One bucket's first all-to-all: each row-sharded matrix's shards to its owner rank, which returns them
+        as whole matrices ("owned": [(member index, matrix)])."""
+        mesh = members[indices[0]][1].device_mesh
+        group, ranks, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
+        load, owner = [0] * ranks, {}
+        for i in sorted(indices, key=lambda i: -members[i][1].numel()):  # the same plan on every rank
+            owner[i] = min(range(ranks), key=lambda r: load[r])
+            load[owner[i]] += members[i][1].numel()
+        rows = {i: shard_rows(members[i][1].shape[0], ranks) for i in indices}
+        for i in indices:
+            if members[i][1].to_local().shape[0] != rows[i][me]:
+                raise LabError(f"Muon: a shard of {tuple(members[i][1].shape)} has {members[i][1].to_local().shape[0]} "
+                               f"rows on rank {me}, not the {rows[i][me]} of DTensor's Shard(0)")
+        cols = {i: members[i][1].shape[1] for i in indices}
+        by_owner = [[i for i in indices if owner[i] == r] for r in range(ranks)]
+        send = torch.cat([members[i][1].to_local().reshape(-1) for r in range(ranks) for i in by_owner[r]])
+        send_splits = [sum(rows[i][me] * cols[i] for i in by_owner[r]) for r in range(ranks)]
+        recv_splits = [sum(rows[i][r] * cols[i] for i in by_owner[me]) for r in range(ranks)]
+        recv = send.new_empty(sum(recv_splits))
+        torch.distributed.all_to_all_single(recv, send, recv_splits, send_splits, group=group)
+        pieces = iter(recv.split([rows[i][r] * cols[i] for r in range(ranks) for i in by_owner[me]]))
+        parts = {i: [] for i in by_owner[me]}
+        for _ in range(ranks):
+            for i in by_owner[me]:
+                parts[i].append(next(pieces).reshape(-1, cols[i]))
+        return {"group": group, "ranks": ranks, "me": me, "rows": rows, "cols": cols, "by_owner": by_owner,
+                "send_splits": send_splits, "recv_splits": recv_splits,
+                "owned": [(i, torch.cat(parts[i])) for i in by_owner[me]]}
+
+    @staticmethod
+    def _return_to_shards(members: list[tuple[torch.Tensor, torch.Tensor, dict]], ex: dict,
+                          ortho: list[torch.Tensor]) -> dict[int, torch.Tensor]:
+        """The bucket's second all-to-all, the first one reversed: each owner's results, cut into the ranks' rows;
+        this rank's shard of every matrix in the bucket, by member index."""
+        ranks, me, rows, cols, by_owner = ex["ranks"], ex["me"], ex["rows"], ex["cols"], ex["by_owner"]
+        cuts = {i: o.split(rows[i]) for (i, _), o in zip(ex["owned"], ortho, strict=True)}
+        send = torch.cat([cuts[i][r].reshape(-1).to(members[i][1].dtype) for r in range(ranks) for i in by_owner[me]])
+        recv = send.new_empty(sum(ex["send_splits"]))
+        torch.distributed.all_to_all_single(recv, send, ex["send_splits"], ex["recv_splits"], group=ex["group"])
+        pieces = iter(recv.split([rows[i][me] * cols[i] for r in range(ranks) for i in by_owner[r]]))
+        return {i: next(pieces).reshape(rows[i][me], cols[i]) for r in range(ranks) for i in by_owner[r]}
 
 
 class MuonAdamW(Optimizer):

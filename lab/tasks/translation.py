@@ -67,8 +67,8 @@ class TranslationTask(Task):
 
     def training_step(self, batch, batch_idx):
         loss, aux = self._loss(batch, self.label_smoothing)
-        aux_total = self.aux_loss("train", aux)
-        self.log("train/loss", loss, prog_bar=True)
+        aux_total = self.aux_loss(aux)
+        self.log_train({"train/loss": loss}, prog_bar=True)
         return loss + aux_total
 
     def count_tokens(self, batch) -> int:

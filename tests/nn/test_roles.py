@@ -141,7 +141,7 @@ def test_the_training_step_adds_the_returned_aux_loss(monkeypatch):
     model = GPT(11, moe=dict(MOE, load_balance_weight=1.0), **ARCH)
     task = LanguageModelTask(model, torch.optim.AdamW)
     logged = {}
-    monkeypatch.setattr(task, "log", lambda name, value, **kw: logged.setdefault(name, value))
+    monkeypatch.setattr(task, "log_train", lambda metrics, **kw: logged.update(metrics))  # the training step's metrics
     monkeypatch.setattr(task, "log_routing", lambda stage, aux: logged.setdefault("routing", list(aux.routing)))
     x = torch.randint(0, 11, (2, 8))
     total = task.training_step((x[:, :-1], x[:, 1:]), 0)

@@ -266,6 +266,84 @@ def test_muon_under_fsdp2_matches_one_process_and_resumes_from_its_sharded_check
     assert b[11] == pytest.approx(a[11], rel=1e-5)
 
 
+# Two gloo processes: FSDP2-sharded matrices (uneven rows, a 1-row one), expert stacks (one with a single expert), and
+# the same parameters unsharded, stepped with the same gradients. Prints, from rank 0, the process group's
+# collectives per step, the largest difference to the unsharded BatchedMuon, and the matrices each rank orthogonalised.
+DISTRIBUTED_MUON = """
+import copy, json, os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import distribute_tensor
+from torch.distributed.tensor.debug import CommDebugMode
+from lab.tasks import optim
+
+SHAPES = [(6, 4), (4, 6), (5, 3), (1, 4), (6, 4), (3, 6, 4), (1, 6, 4)]
+
+def run(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(*s)) for s in SHAPES])
+    reference = copy.deepcopy(model)
+    fully_shard(model)
+    settings = dict(lr=0.05, weight_decay=0.1, ns_dtype=torch.float32)
+    opt, ref_opt = optim.BatchedMuon(model.parameters(), **settings), optim.BatchedMuon(reference.parameters(), **settings)
+    newton_schulz, done = optim.newton_schulz, []
+    def counted(x, *args):
+        done.append(x.size(0))
+        return newton_schulz(x, *args)
+    g, counts = torch.Generator().manual_seed(1), []
+    for _ in range(3):
+        for p, q in zip(model, reference):
+            q.grad = torch.randn(q.shape, generator=g)
+            p.grad = distribute_tensor(q.grad, p.device_mesh, p.placements, src_data_rank=None)
+        optim.newton_schulz, done[:] = counted, []
+        with CommDebugMode() as comms:
+            opt.step()
+        optim.newton_schulz = newton_schulz
+        counts.append({str(k): v for k, v in comms.get_comm_counts().items()})
+        ref_opt.step()
+    diff = max((p.full_tensor() - q).abs().max().item() for p, q in zip(model, reference))
+    matrices = [None, None]
+    dist.all_gather_object(matrices, sum(done))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"counts": counts, "diff": diff, "matrices": matrices}, f)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(sys.argv[1], sys.argv[2]), nprocs=2)
+"""
+
+
+@pytest.mark.slow
+def test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step(tmp_path):
+    """Under FSDP2 each matrix is orthogonalised once, by one rank: the ranks' Newton-Schulz matrices add up to the
+    model's 9 (5 matrices, 3 + 1 experts) and each rank does part of them (every rank orthogonalising everything, or
+    rank 0 owning all, fails); the process group sees two all-to-alls per step for the one bucket, not a collective
+    per matrix (gathering each matrix whole: 7 all-gathers) nor per Newton-Schulz matmul; and the parameters after 3
+    steps equal the unsharded BatchedMuon's (float32 Newton-Schulz: shards orthogonalised on their own, or rows
+    returned to the wrong rank, move them by O(lr))."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "worker.py").write_text(DISTRIBUTED_MUON)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(port), str(tmp_path / "out.json")],
+                         capture_output=True, text=True, env=env, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["counts"] == [{"c10d.alltoall_base_": 2}] * 3
+    assert sum(result["matrices"]) == 9 and min(result["matrices"]) >= 3, result["matrices"]
+    assert result["diff"] < 1e-6
+
+
 def test_fused_reaches_the_adamw_part_and_steps_as_the_unfused_one():
     """task.optimizer.fused=true (issue 32's GPU recipe) is AdamW's fused kernel for the embeddings, heads, norms and
     biases (torch has one on CPU too); Muon's matrices are untouched by it. Three steps of both give the same
