@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from omegaconf import MISSING, DictConfig, open_dict
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from lab.errors import ConfigError
 from lab.nn import Role
@@ -84,8 +84,7 @@ def parameter_counts(model) -> dict[str, int]:
             "params/non_embedding": counts["active"] - vocabulary}
 
 
-def _shape(cfg: DictConfig) -> tuple[str, int, int, int]:
-    ladder = cfg.ladder
+def _shape(ladder: LadderConfig) -> tuple[str, int, int, int]:
     if ladder.rung not in ladder.rungs:
         raise ConfigError(f"ladder.rung={ladder.rung} is not a rung of this ladder; choose one of "
                           f"{', '.join(ladder.rungs)} (a multirun, -m, trains them all)")
@@ -105,11 +104,11 @@ def apply_ladder(cfg: DictConfig) -> None:
     no longer than the warmup."""
     if cfg.get("ladder") is None:
         return
-    ladder = cfg.ladder
+    ladder = OmegaConf.to_object(cfg.ladder)  # the schema's own checks (__post_init__) run here
     if cfg.task.get("_target_") != LM_TASK:
         raise ConfigError(f"+ladder fits a law to the language-model loss, but task is {cfg.task.get('_target_')}; "
                           "use an LM preset (e.g. +experiment=gpt_small) or drop +ladder")
-    name, d_model, n_layers, heads = _shape(cfg)
+    name, d_model, n_layers, heads = _shape(ladder)
     with open_dict(cfg):
         cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads = d_model, n_layers, heads
     from lab.models import build_model  # noqa: PLC0415 - the models load after the command line is checked
