@@ -7,7 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
-RUNS=${LAB_RUNS_DIR:-runs}
 SEEDS=${1:-1,2,3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 declare -A VARIANT=(
@@ -15,11 +14,10 @@ declare -A VARIANT=(
   [fast]="name=ladder_fast +recipe=speedrun"
   [moe]="name=ladder_moe +model.moe={num_experts:4,top_k:1}"
 )
-dirs=()
 for v in ${VARIANTS:-baseline fast moe}; do
   # shellcheck disable=SC2086  # the variant's overrides are words
   nice -n 19 $PY -m lab.train -m +experiment=gpt_nano_char +ladder=cpu seed="$SEEDS" ${VARIANT[$v]} \
-    logger.wandb.mode=disabled
-  dirs+=("$(ls -d "$RUNS/ladder_$v"/multirun/* | tail -1)")
+    logger.wandb.mode=disabled "hydra.sweep.dir=runs/scaling_ladder/$v"
 done
-$PY -m lab.report "${dirs[@]}" --baseline ladder_baseline --out experiments/scaling_ladder --wandb off
+# the baseline: the first variant found (runs/scaling_ladder/baseline sorts first)
+$PY -m lab.report runs/scaling_ladder --budget finished --out experiments/scaling_ladder --wandb off

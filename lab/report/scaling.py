@@ -121,7 +121,9 @@ class Point:
 
 
 def run_point(run: Run, metric: str) -> Point | None:
-    """A finished run's size, cost and final metric; None when it recorded no compute."""
+    """A finished run's size, cost and final metric; None when it is not finished or recorded no compute."""
+    if run.status != "finished":
+        return None
     final = read_status(run.path).get("metrics") or {}
     flops = final.get("cost/train_flops") or run.final("perf/flops_seen")
     loss = run.final(metric)
@@ -289,6 +291,7 @@ def view(runs: list[Run], metric: str, baseline: str | None, mode: str) -> tuple
             raise LabError("--scaling on needs runs of several sizes that recorded their training FLOPs (cost/train_flops); "
                            "these are of one size: train a ladder (+ladder=<name>, docs/ladders.md) or leave out --scaling")
         return [], []
+    left_out = sum(run_point(r, metric) is None for r in runs)
     base = next((f for f in fits if f.label == baseline), None) or next((f for f in fits if baseline and baseline in f.label), fits[0])
     note = Table("Scaling: how to read it", ["note"], [[Cell(
         f"Each run's final {metric} against its training FLOPs (cost/train_flops: 6 x matmul params + the attention "
@@ -297,7 +300,8 @@ def view(runs: list[Run], metric: str, baseline: str | None, mode: str) -> tuple
         "factor of compute the baseline needs to reach the variant's loss (> 1: the variant is ahead); verdict: the "
         "gain shrinks when its distance from 1 falls from the largest rung to 100x in 95% of refits, persists when "
         "the 100x interval excludes 1, else no evidence. Held-out: the law fitted without the largest rung, its "
-        "error there.")]])
+        "error there."
+        + (f" {left_out} run(s) left out: not finished, or no training FLOPs recorded." if left_out else ""))]])
     tables = [note, fit_table(fits), points_table(fits)]
     if len(fits) > 1:
         tables.insert(2, multiplier_table(fits, base))
