@@ -141,7 +141,7 @@ LONG_MODULES = ["runtime/trainer/test_resume.py", "runtime/inference/test_infere
                 "tasks/test_translation.py", "tasks/test_translation_bleu.py", "report/test_report.py",
                 "runtime/sweeps/test_sweeps_jobs.py", "runtime/cli/test_config_errors.py", "checkpoints/test_preemption.py",
                 "runtime/sweeps/test_sweeps_optuna.py", "hf/test_against_hf_export.py", "entry/test_train_cli.py",
-                "runtime/trainer/test_global_metrics.py"]
+                "runtime/trainer/test_global_metrics.py", "entry/test_ladder_cli.py"]
 
 
 def pytest_collection_modifyitems(items):

@@ -22,3 +22,10 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
                for p in m.parameters() if p.requires_grad and id(p) not in in_products}
     return {"total": total, "active": total - inactive,
             "matmul": total - inactive - sum(p.numel() for p in lookups.values())}
+
+
+def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) of a model with lab.nn config `cfg` and parameter counts
+    `counts` (lab.nn.params.count_parameters) at `seq_len` positions: 6 per parameter in a matrix product plus
+    the attention scores and their weighted sum (PaLM appendix B)."""
+    return 6 * counts["matmul"] + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len

@@ -6,11 +6,11 @@ markdown: the tables). Imports go one way along that line (import-linter contrac
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.report import charts, tables
+from lab.report import charts, scaling, tables
 from lab.report.runs import Run, Skipped, common_parent, find_runs, load_run
 from lab.report.stats import is_moe
 from lab.report.variants import (
@@ -39,6 +39,7 @@ class Report:
     budget_note: str  # where the runs are compared, in words: said above the summary
     tables: list[tables.Table]
     sections: list[tuple[str, list[tuple[str, object]]]]  # (section title, [(chart title, plotly figure)])
+    scaling_tables: list[tables.Table] = field(default_factory=list)  # lab.report.scaling's, when runs differ in size
 
     def intro(self) -> list[str]:
         """What the summary means, in sentences both renderers print above it."""
@@ -97,11 +98,12 @@ def pick_budget(runs: list[Run], metric: str, budget: str, which: str) -> tuple[
 
 
 def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None, budget: str = "common",
-            which: str = "final", ignore: tuple[str, ...] = ()) -> Report:
+            which: str = "final", ignore: tuple[str, ...] = (), scaling_view: str = "auto") -> Report:
     """budget: "common" (every run read at the largest step all runs with a value reached) or "finished"
     (finished runs only, at their end); which: "final" value there, or the "best" one up to there.
     ignore: config keys (or "prefix." groups) that do not make a variant, e.g. settings that lab added or moved
-    between the runs' versions; the report names them with their values."""
+    between the runs' versions; the report names them with their values. scaling_view: lab.report.scaling.view's
+    mode (auto: when the runs differ in size)."""
     if budget not in BUDGETS or which not in VALUES:
         raise LabError(f"--budget {budget} --value {which}: choose --budget from {', '.join(BUDGETS)} and "
                        f"--value from {', '.join(VALUES)}")
@@ -136,9 +138,11 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
                   tables.runs_table(variants, metric)]
     if skipped:
         table_list.append(tables.skipped_table(skipped))
+    scaling_tables, scaling_charts = scaling.view(runs, metric, baseline, scaling_view)
+    sections.append(("Scaling", scaling_charts))
     title = f"lab report: {len(variants)} variants, {len(runs)} runs in {shown_path(root)}"
     return Report(title, metric, runs, variants, base, keys, skipped, at, budget_note, table_list,
-                  [s for s in sections if s[1]])
+                  [s for s in sections if s[1]], scaling_tables)
 
 
 def shown_path(path: Path) -> str:

@@ -1,5 +1,5 @@
 """python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--budget common|finished]
-[--value final|best] [--out DIR] [--watch] [--transfer]"""
+[--value final|best] [--scaling auto|on|off] [--out DIR] [--watch] [--transfer]"""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +25,7 @@ def render(args) -> Path:
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
-    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore))
+    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore), args.scaling)
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="config keys that do not make a variant (a key ending in '.' names every key under it), "
                              "e.g. settings added or moved between the lab versions that wrote the runs; the report "
                              "names them and their values")
+    parser.add_argument("--scaling", choices=("auto", "on", "off"), default="auto",
+                        help="the scaling view (loss vs compute, fitted laws, compute multipliers; docs/ladders.md): "
+                             "auto = when the runs differ in size")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")

@@ -129,6 +129,7 @@ def render(report: Report) -> str:
             parts.append(_chart(i, chart_title, fig, curve=any(isinstance(t.meta, dict) and "kind" in t.meta for t in fig.data)))
             i += 1
         parts.append("</div>")
+    parts += [f"<h2>{html.escape(t.name)}</h2>{table(t)}" for t in report.scaling_tables]
     parts += examples(report)
     parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
     if skipped:

@@ -24,6 +24,6 @@ def table(t: Table) -> str:
 
 def render(report: Report) -> str:
     parts = [GENERATOR, f"# {report.title}", " ".join(report.intro()) + " Best variant in bold."]
-    for t in report.tables:
+    for t in report.tables + report.scaling_tables:
         parts += [f"## {TITLES.get(t.name, t.name)}", table(t)]
     return "\n\n".join(parts) + "\n"

@@ -41,7 +41,7 @@ def log_tables(report: Report, required: bool) -> None:
         # each render is logged at its time in seconds: steps only increase, so after `wandb sync` the offline
         # segments of one report are one run whose latest tables are the newest render
         run.log({f"report/{t.name}": wandb.Table(columns=t.header, data=[[c.text for c in row] for row in t.rows])
-                 for t in report.tables}, step=int(time.time()))
+                 for t in report.tables + report.scaling_tables}, step=int(time.time()))
         run.finish()
         print(f"W&B: report tables logged to group {group} ({run.settings.mode})", file=sys.stderr)
     except Exception as e:  # W&B down or misconfigured never costs the report

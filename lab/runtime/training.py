@@ -14,9 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab.checkpoints.reading import metadata_for
 from lab.models import build_model
+from lab.runtime.callbacks.throughput import Throughput
 from lab.runtime.cli.config_checks import check_config
 from lab.runtime.cli.console import phase, single_console
 from lab.runtime.cli.errors import print_config_tree
+from lab.runtime.cli.ladder import apply_ladder, parameter_counts
 from lab.runtime.rundir.ranks import set_global_rank
 from lab.runtime.rundir.run_dir import RunDir
 from lab.runtime.trainer.fitting import build_trainer, fit_and_test
@@ -33,6 +35,7 @@ def train(cfg: DictConfig) -> float | None:
     t_start = time.perf_counter()
     single_console()  # each Lightning message once, no adverts
     set_global_rank(cfg.trainer)  # before anything is printed or written: NODE_RANK / torchrun / SLURM launches
+    apply_ladder(cfg)  # +ladder: the rung's shape and budget, before the checks read them
     check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
@@ -60,14 +63,14 @@ def train(cfg: DictConfig) -> float | None:
         task = instantiate(cfg.task, model=model)
         task.lab_metadata = metadata_for(resolved, datamodule)  # what lab.generate & co. rebuild the model from
         compile_model(cfg, task)
-        counts = task.parameter_counts()
-        log.info("parameters: %s total, %s active per token", f"{counts['total']:,}", f"{counts['active']:,}")
-
-        params = {"params/total": counts["total"], "params/active": counts["active"]}
+        params = parameter_counts(model)
+        log.info("parameters: %s total, %s active per token, %s of them outside the vocabulary matrices",
+                 *(f"{params[k]:,}" for k in ("params/total", "params/active", "params/non_embedding")))
         trainer, loggers = build_trainer(cfg, datamodule, run_dir, {**resolved, "data_report": datamodule.report, **params})
         log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, run_dir.path)
         metrics = fit_and_test(cfg, trainer, loggers, task, datamodule, resume, run_dir)
-    RunDir.record_final_metrics({**metrics, **params})  # status.json keeps them; sweeps optimise them
+        costs = next((c.costs() for c in trainer.callbacks if isinstance(c, Throughput)), {})
+    RunDir.record_final_metrics({**metrics, **params, **costs})  # status.json keeps them; sweeps optimise them
     log.info("finished in %.1fs; run dir %s", time.perf_counter() - t_start, run_dir.path)
     value = metrics.get(cfg.get("optimized_metric") or "")
     return value if value is not None and math.isfinite(value) else None

@@ -7,6 +7,8 @@ import time
 import lightning as L
 import torch
 
+from lab.nn.params import flops_per_token
+
 log = logging.getLogger("lab")
 
 # Dense bf16 peak FLOP/s (no sparsity), by substring of torch.cuda.get_device_name().
@@ -20,35 +22,40 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
-def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward) of a model with lab.nn config `cfg` and parameter counts
-    `counts` (lab.nn.params.count_parameters) at `seq_len` positions: 6 per parameter in a matrix product plus
-    the attention scores and their weighted sum (PaLM appendix B)."""
-    return 6 * counts["matmul"] + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len
-
-
 class Throughput(L.Callback):
     """Logs perf/tokens_per_s (this device), perf/tokens_per_s_global (all devices) and perf/mfu every
     `every_n_batches` training batches, measured between batches so data loading counts, and validation
     does not. FLOPs per token = 6 * active params in matrix products (lookup tables left out: an untied token
     embedding, learned positions; lab.nn.params) + 12 * layers * n_heads * head_dim * seq_len (PaLM appendix B; the
     attention width, d_model unless model.head_dim says otherwise).
-    With them perf/tokens_seen (all devices, estimated as this device's count x world size) and
-    perf/train_s (seconds of training so far, without validation): both carried across a resume in the
-    checkpoint, so a report can draw curves against tokens or training time (lab.report)."""
+    With them perf/tokens_seen (all devices, estimated as this device's count x world size), perf/flops_seen
+    (those tokens times the FLOPs per token at each batch's sequence length) and perf/train_s (seconds of
+    training so far, without validation): carried across a resume in the checkpoint, so a report can draw
+    curves against tokens, compute or training time (lab.report); `costs` gives the run's totals."""
 
     def __init__(self, every_n_batches: int = 10):
         self.every = every_n_batches
         self._t0: float | None = None
         self._tokens = 0
         self._first_step_logged = False
-        self.tokens_seen, self.train_s = 0, 0.0
+        self.tokens_seen, self.train_s, self.flops_seen = 0, 0.0, 0.0
+        self._counts: dict[str, int] | None = None
+        self._trained: dict[str, float] = {}
 
     def state_dict(self) -> dict:
-        return {"tokens_seen": self.tokens_seen, "train_s": self.train_s}
+        return {"tokens_seen": self.tokens_seen, "train_s": self.train_s, "flops_seen": self.flops_seen}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.tokens_seen, self.train_s = int(state_dict.get("tokens_seen", 0)), float(state_dict.get("train_s", 0.0))
+        self.flops_seen = float(state_dict.get("flops_seen", 0.0))
+
+    def costs(self) -> dict[str, float]:
+        """What the run's training consumed (status.json's final metrics): tokens and FLOPs, all devices, as
+        training ended (the test that follows loads the best checkpoint, and this callback's counts with it)."""
+        return self._trained
+
+    def on_train_end(self, trainer, pl_module):
+        self._trained = {"cost/tokens": float(self.tokens_seen), "cost/train_flops": self.flops_seen}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not self._first_step_logged and trainer.is_global_zero:
@@ -62,6 +69,10 @@ class Throughput(L.Callback):
         tokens = pl_module.count_tokens(batch)
         self._tokens += tokens
         self.tokens_seen += tokens * trainer.world_size
+        if self._counts is None:  # the model's shape does not change while it trains
+            self._counts = pl_module.parameter_counts()
+        seq_len = pl_module.sequence_length(batch)
+        self.flops_seen += tokens * trainer.world_size * flops_per_token(pl_module.model.cfg, self._counts, seq_len)
         self._batches += 1
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -73,10 +84,10 @@ class Throughput(L.Callback):
         per_device = self._tokens / elapsed
         self.train_s += elapsed
         metrics = {"perf/tokens_per_s": per_device, "perf/tokens_per_s_global": per_device * trainer.world_size,
-                   "perf/tokens_seen": float(self.tokens_seen), "perf/train_s": self.train_s}
+                   "perf/tokens_seen": float(self.tokens_seen), "perf/flops_seen": self.flops_seen, "perf/train_s": self.train_s}
         peak = peak_flops(pl_module.device)
         if peak:
-            metrics["perf/mfu"] = per_device * flops_per_token(pl_module.model.cfg, pl_module.parameter_counts(), self._seq_len) / peak
+            metrics["perf/mfu"] = per_device * flops_per_token(pl_module.model.cfg, self._counts, self._seq_len) / peak
         pl_module.log_dict(metrics, on_step=True, on_epoch=False)
         self._t0 = None
 

@@ -18,6 +18,7 @@ from lab.data import config as data
 from lab.models.encoder import EncoderClassifierConfig, MaskedLMConfig
 from lab.models.gpt import GPTConfig
 from lab.models.seq2seq import EncoderDecoderConfig
+from lab.runtime.cli.ladder import LadderConfig
 from lab.tasks import config as task
 
 # (config group, name) -> schema: stored as schema/<group>/<name>.
@@ -44,6 +45,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("data/corpus", "text_files"): data.TextFilesConfig,
     ("data/corpus", "ding"): data.DingConfig,
     ("data/source", "movie_reviews"): data.MovieReviewsConfig,
+    ("ladder", "ladder"): LadderConfig,
 }
 
 
