@@ -44,7 +44,7 @@ class RungConfig:
 @dataclass
 class LadderConfig:
     """ladder.*: the rungs, the token budget rule and the schedule that follows from it. The learning rate is the
-    preset's at every rung (no per-width rule yet; docs/ladders.md)."""
+    preset's at every rung: under µP (model.parametrization=mup) it transfers across the rungs' widths (lr_rule)."""
 
     rungs: dict[str, RungConfig] = field(default_factory=dict)
     """Rung name -> shape, smallest first."""
@@ -141,6 +141,16 @@ def apply_ladder(cfg: DictConfig) -> None:
         if warmup is not None:
             cfg.task.scheduler.warmup_steps = warmup
     log.info("ladder rung %s: d_model=%d n_layers=%d n_heads=%d; tokens = %s = %s = %d steps of %s tokens "
-             "(batch x context x devices); warmup %s, validation every %d steps; lr: the preset's (%s) at every rung",
+             "(batch x context x devices); warmup %s, validation every %d steps; %s",
              name, d_model, n_layers, heads, rule, f"{tokens:,.0f}", steps, f"{per_step:,}", warmup,
-             cfg.trainer.val_check_interval, cfg.task.optimizer.get("lr"))
+             cfg.trainer.val_check_interval, lr_rule(cfg))
+
+
+def lr_rule(cfg: DictConfig) -> str:
+    """What the learning rate is at this rung, said in the rung's log line: under µP the preset's lr is the base
+    width's and the per-parameter rates follow the width (lab.nn.mup); under sp it is the same at every width."""
+    lr = cfg.task.optimizer.get("lr")
+    if cfg.model.get("parametrization") == "mup":
+        return (f"lr: the preset's ({lr}) at the µP base width {cfg.model.get('mup_base_width')}, scaled per parameter "
+                "to this width (model.parametrization=mup; depth is not transferred: docs/mup.md)")
+    return f"lr: the preset's ({lr}) at every rung (sp: not transferred across widths; model.parametrization=mup does)"

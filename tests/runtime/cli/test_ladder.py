@@ -77,3 +77,19 @@ def test_bad_ladder_is_one_error_line_naming_the_fix(tmp_path, monkeypatch, caps
     assert lines[0].startswith("error: ") and len(lines[0]) <= LIMIT + 7, lines[0]
     assert re.search(expected, lines[0].removeprefix("error: ")), lines[0]
     assert not [p for p in (tmp_path / "runs").rglob("config.yaml") if ".hydra" not in p.parts]  # no run started
+
+
+def test_a_mup_ladder_trains_each_rung_under_the_mup_rules_and_says_so(compose, caplog):
+    """With model.parametrization=mup the rung's model is µP relative to the base width (the rung's width enters the
+    per-parameter rates, lab.nn.mup) and the rung's line says the lr is the base width's; under sp it says the lr
+    is not transferred. Catches a ladder that drops the parametrization or states the sp rule for a µP ladder."""
+    cfg = compose([*NANO, "ladder.rung=m", "model.parametrization=mup", "model.mup_base_width=16"])
+    with caplog.at_level("INFO", logger="lab"):
+        apply_ladder(cfg)
+    assert cfg.model.parametrization == "mup" and cfg.model.d_model == 32
+    assert "at the µP base width 16" in caplog.text
+    caplog.clear()
+    cfg = compose([*NANO, "ladder.rung=m"])
+    with caplog.at_level("INFO", logger="lab"):
+        apply_ladder(cfg)
+    assert "sp: not transferred" in caplog.text
