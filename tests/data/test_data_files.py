@@ -289,6 +289,10 @@ LM_CASES = [
      {"val": ["v.txt", "w.txt"], "eval_overlap": "error"}, r"1 val file\(s\) also occur in an earlier split \(\S*v.txt\)"),
     ("too-few-tokens-names-file-and-split", {"a.txt": TEXT, "v.txt": "hi\n"}, {"val": ["v.txt"]},
      r"the val split \(\S*v.txt\) is 4 tokens, too few for windows of data.block_size=8"),
+    # the issue's case: every record's field is `content`; said with the count and the setting that fixes it
+    ("skipped-records-name-the-field-setting", {"a.jsonl": '{"content": "some words"}\n' * 300},
+     {"bad_lines": "skip"}, r"^the train split is 0 tokens, too few .*; 300 lines were dropped \(300 lines without a string "
+                           r"'text', first a.jsonl:1\); set data.corpus.text_field to the field that holds the text"),
 ]
 
 
@@ -310,6 +314,16 @@ def test_language_model_reads_the_users_text_exactly(tmp_path, files, options, e
     assert any(f.get("bom_stripped") for f in dm.report["files"]) == expected.get("bom", False)
     for (action, split, reason), (count, first) in expected.get("events", {}).items():
         assert event(dm, action, split, reason) == (count, [str(tmp_path / f) for f in first])  # documents by path
+
+
+def test_a_symbolic_link_loop_or_a_dangling_link_is_named_as_such(tmp_path):
+    """Not "does not exist": the link is there; what is wrong is where it points."""
+    (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "moved.txt")
+    with pytest.raises(DataError, match=r"loop.txt is a symbolic link loop; point it at the file"):
+        TextFiles([str(tmp_path / "loop.txt")]).files(tmp_path)
+    with pytest.raises(DataError, match=r"gone.txt is a symbolic link to \S*moved.txt, which does not exist"):
+        TextFiles([str(tmp_path / "gone.txt")]).files(tmp_path)
 
 
 # ---------------------------------------------------------------- concurrent cold caches

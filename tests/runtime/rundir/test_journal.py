@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import TINY_LM, run_module, train
+from conftest import TINY_LM, one_short_line, run_module, train
 from omegaconf import OmegaConf
 
 from lab.runtime.rundir import journal, lock
@@ -97,7 +97,10 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     other = run_module("lab.train", ["+experiment=encoder_mlm", f"hydra.run.dir={run}", "ckpt_path=auto",
                                      "logger.wandb.mode=disabled"], tmp_path)
     assert other.returncode == 2, other.stderr[-2000:]
-    assert other.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {run}/checkpoints/")
+    line = other.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: checkpoint {run}/checkpoints/") and "holds another task (LanguageModelTask; this run: MLMTask)" in line
+    one_short_line(line)  # it named all 10 differing settings, 1,497 characters; they are in the log line before it
+    assert "model.n_layers 4 -> 1" in other.stdout + other.stderr and "model.n_layers" not in line
     assert snapshot(run) == before
     assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[0] == TINY_LM[0]
 
