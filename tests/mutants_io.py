@@ -47,4 +47,7 @@ MUTANTS = [
     Mutant("data: dropped lines do not name text_field", "lab/data/sources/reading.py",
            "if lacked\n", "if False\n",
            ("tests/data/test_data_files.py::test_language_model_reads_the_users_text_exactly[skipped-records-name-the-field-setting]",)),
+    Mutant("data: empty records vanish uncounted", "lab/data/sources/stream.py",
+           "            if not value.strip():  # no document", "            if False:  # no document",
+           ("tests/data/test_data_files.py::test_language_model_reads_the_users_text_exactly[empty-records-counted]",)),
 ]

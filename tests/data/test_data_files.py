@@ -289,6 +289,9 @@ LM_CASES = [
      {"val": ["v.txt", "w.txt"], "eval_overlap": "error"}, r"1 val file\(s\) also occur in an earlier split \(\S*v.txt\)"),
     ("too-few-tokens-names-file-and-split", {"a.txt": TEXT, "v.txt": "hi\n"}, {"val": ["v.txt"]},
      r"the val split \(\S*v.txt\) is 4 tokens, too few for windows of data.block_size=8"),
+    # the issue's case: half the records' text is "", once vanished from every count
+    ("empty-records-counted", {"a.jsonl": ('{"text": "some text here"}\n{"text": ""}\n') * 200}, {},
+     {"characters": 200 * 14, "documents": 200, "empty": 200}),
     # the issue's case: every record's field is `content`; said with the count and the setting that fixes it
     ("skipped-records-name-the-field-setting", {"a.jsonl": '{"content": "some words"}\n' * 300},
      {"bad_lines": "skip"}, r"^the train split is 0 tokens, too few .*; 300 lines were dropped \(300 lines without a string "
@@ -307,6 +310,9 @@ def test_language_model_reads_the_users_text_exactly(tmp_path, files, options, e
     splits = dm.report["splits"]
     assert splits["train"]["characters"] + splits["val"]["characters"] == expected["characters"]
     assert splits["train"]["tokens"] + splits["val"]["tokens"] == len(dm.train_tokens) + len(dm.val_tokens)
+    if "documents" in expected:  # every record either a document or counted as dropped, over the splits
+        assert splits["train"]["documents"] + splits["val"]["documents"] == expected["documents"]
+        assert sum(c for (a, _, r), (c, _) in events(dm).items() if a == "dropped" and "records with an empty" in r) == expected["empty"]
     if "val_documents" in expected:
         assert splits["val"]["documents"] == expected["val_documents"]
     chars = set(dm.tokenizer.itos)
