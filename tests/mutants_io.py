@@ -50,4 +50,13 @@ MUTANTS = [
     Mutant("data: empty records vanish uncounted", "lab/data/sources/stream.py",
            "            if not value.strip():  # no document", "            if False:  # no document",
            ("tests/data/test_data_files.py::test_language_model_reads_the_users_text_exactly[empty-records-counted]",)),
+    Mutant("cli: a,b in one run gets Hydra's line without a fix", "lab/runtime/cli/errors.py",
+           "        if comma:  # a,b", "        if False:  # a,b",
+           ("tests/runtime/cli/test_config_errors.py::test_config_mistake_is_one_line[comma-is-a-sweep]",)),
+    Mutant("cli: interval() told to add -m, which cannot sample it", "lab/runtime/cli/errors.py",
+           'if "interval(" in multi.group(1)', "if False",
+           ("tests/runtime/cli/test_config_errors.py::test_config_mistake_is_one_line[interval-needs-a-search]",)),
+    Mutant("cli: unquoted non-ASCII gets the lexer's line", "lab/runtime/cli/errors.py",
+           "if eq and not value.isascii()", "if False",
+           ("tests/runtime/cli/test_config_errors.py::test_config_mistake_is_one_line[non-ascii-unquoted]",)),
 ]

@@ -140,6 +140,9 @@ def hydra_error_line(e: BaseException) -> str | None:
         return (f"{group}={option}: no such option in conf/{group}/{did_you_mean(option, e.options)}; available: "
                 f"{', '.join(sorted(e.options))}")
     if isinstance(e, OverrideParseException):
+        key, eq, value = e.override.partition("=")
+        if eq and not value.isascii() and value[:1] not in "'\"":  # Hydra's grammar reads unquoted ASCII only
+            return f"{e.override}: a value with non-ASCII characters must be quoted; write {key}=\"'{value}'\""
         lines = text.splitlines()
         return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
     if isinstance(e, ConfigCompositionException):
@@ -147,6 +150,16 @@ def hydra_error_line(e: BaseException) -> str | None:
         if swept and swept.group(1):  # the key path conf/hparams_search/*.yaml shows, typed on the command line
             return (f"{swept.group(1)}{swept.group(2)}=... cannot be swept from the command line; give the key itself: "
                     f"{swept.group(2)}={swept.group(3)} (it replaces the search's own range)")
+        comma = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'", text)
+        if comma:  # a,b is Hydra's sweep syntax, which a single run refuses
+            key, value = comma.groups()
+            return (f"{key}={value} is a sweep; add -m to run one job per value, or write a list {key}=[{value}] "
+                    f"or a string {key}=\"'{value}'\"")
+        multi = re.match(r"Sweep parameters '([^']+)' requires --multirun", text)
+        if multi:  # range()/choice() a plain multirun runs; interval() only a search samples
+            how = ("add +hparams_search=optuna to search it" if "interval(" in multi.group(1)
+                   else "add -m to run one job per value")
+            return f"{multi.group(1)} is a sweep; {how}"
         found = re.search(r"Could not override '([^']+)'", text)
         append = re.search(r"use (\+\S+)", text)
         if found and "No match in the defaults list" in text:
