@@ -351,8 +351,10 @@ def _journaling_job_start(configure_log, save_config):
         from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
 
         hc = HydraConfig.get() if HydraConfig.initialized() else None
-        if hc is not None and hc.output_subdir is not None and hc.runtime.output_dir:  # an entry point with a run dir
-            journal.begin(hc.runtime.output_dir)
+        out = hc.runtime.output_dir if hc is not None else None
+        # an entry point with a run dir, or a log folder of its own (lab.prepare's); never the working directory
+        if out and (hc.output_subdir is not None or Path(out).resolve() != Path.cwd().resolve()):
+            journal.begin(out)
         return configure_log(*args, **kwargs)
 
     @functools.wraps(save_config)
