@@ -70,4 +70,8 @@ MUTANTS = [
            ("tests/runtime/inference/test_inference_cli.py::test_bad_settings_are_one_error_line_before_the_checkpoint_is_read",)),
     Mutant("eval: bootstrap_samples=0 passes", "lab/eval.py", "or samples < 1:", "or samples < 0:",
            ("tests/runtime/inference/test_inference_cli.py::test_bad_settings_are_one_error_line_before_the_checkpoint_is_read",)),
+    Mutant("data: a labelled text given as a number is replaced silently", "lab/data/classification.py",
+           "            if not isinstance(r[self.text_field], str):", "            if False:", ("tests/data/test_data_files.py::test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted",)),
+    Mutant("data: a pair side given as a number is replaced silently", "lab/data/parallel.py",
+           "            if not (isinstance(source, str) and isinstance(target, str)):", "            if False:", ("tests/data/test_data_files.py::test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted",)),
 ]

@@ -433,3 +433,28 @@ def test_the_run_directory_and_the_log_carry_the_data_report(tmp_path):
     log = (run / "train.log").read_text()
     assert "data: dropped in train_file: 1 rows with the wrong number of columns (first: train.tsv:23)" in log
     assert "data_report" in (run / "csv" / "hparams.yaml").read_text()
+
+
+def test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted(tmp_path):
+    """A JSON-lines text or pair side that is a number or true/false becomes its JSON text ("12", "true"): a value
+    replaced, so counted as changed (it was silent) in the labelled-file and the parallel readers."""
+    from lab.data.classification import LabelledFiles
+    from lab.data.parallel import ParallelFiles
+    from lab.data.sources.reading import DataReport
+
+    rows = [{"text": f"review number {i}", "label": "a" if i % 2 else "b"} for i in range(6)]
+    rows[2]["text"], rows[4]["text"] = 12, True
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = DataReport()
+    read = LabelledFiles(str(tmp_path / "c.jsonl")).load(tmp_path, report)["all"]
+    assert [t for t, _, _ in read][2:5:2] == ["12", "true"]
+    changed = [(k, e["count"], e["first"]) for k, e in report.events.items() if k[0] == "changed"]
+    assert changed == [(("changed", "train_file", "texts given as a number or true/false (read as JSON writes them)"), 2,
+                        ["c.jsonl:3", "c.jsonl:5"])]
+    pairs = [{"source": f"Satz {i}.", "target": f"sentence {i}."} for i in range(4)]
+    pairs[1]["target"] = 7
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    report = DataReport()
+    read = ParallelFiles(str(tmp_path / "p.jsonl")).load(tmp_path, report)["train"]
+    assert read[1][:2] == ("Satz 1.", "7")
+    assert report.count("changed", "train_file") == 1
