@@ -20,15 +20,25 @@ def main(cfg: DictConfig) -> None:
     from lab.runtime.inference.evaluation import evaluate  # noqa: PLC0415
 
     quiet_warnings()
+    check_settings(cfg)
     with open_dict(cfg):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run directory: its best, else last checkpoint
         if cfg.get("compare_to"):
             cfg.compare_to = compared_to(str(cfg.compare_to))
+    for name, value in sorted(evaluate(cfg).items()):
+        print(f"{name}: {value:.4f}")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """The settings, before the checkpoint is read or the data prepared (which writes the cache)."""
+    if cfg.split not in ("test", "valid"):
+        raise LabError(f"split={cfg.split!r}: evaluate the test or the valid split; write split=test or split=valid")
+    samples = cfg.bootstrap_samples
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise LabError(f"bootstrap_samples={samples!r} must be an integer >= 1 (sacreBLEU's default: 1000)")
     outputs = cfg.get("outputs_dir")
     if outputs and Path(str(outputs)).expanduser().exists() and not Path(str(outputs)).expanduser().is_dir():
         raise LabError(f"outputs_dir={outputs} is a file; give a directory to write test.source / reference / hypothesis into")
-    for name, value in sorted(evaluate(cfg).items()):
-        print(f"{name}: {value:.4f}")
 
 
 def compared_to(value: str) -> str:

@@ -17,10 +17,12 @@ from lab.runtime.cli.help import exit_with_help
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate  # noqa: PLC0415 - heavy imports after Hydra has parsed the command line
 
+    from lab.runtime.cli.config_checks import check_config  # noqa: PLC0415
     from lab.runtime.cli.console import single_console  # noqa: PLC0415
 
     quiet_warnings()
     single_console()
+    check_config(cfg)  # lab.train's checks: a setting lab.train would refuse prepares nothing
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")  # the checks a run makes (too few tokens for a window, ...) and the data report

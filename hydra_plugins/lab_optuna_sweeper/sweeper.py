@@ -64,31 +64,79 @@ for name, node in {
     cs.store(group="hydra/sweeper/pruner", name=name, node=node, provider="lab")
 
 
-def search_space(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Hydra override strings -> ({key: optuna distribution} for sweeps, [fixed overrides])."""
+class SearchSpaceError(ValueError):
+    """A search space Optuna cannot sample, found before any trial: one line (the sweeper exits 2 with it)."""
+
+
+def search_space(overrides: list[str], integer_keys: frozenset[str] = frozenset(),
+                 params: list[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """Hydra override strings (the command line's) -> ({key: optuna distribution} for sweeps, [fixed overrides]).
+    params: hydra.sweeper.params' sweeps, each replaced by a command-line sweep of its key. integer_keys: keys
+    whose schema field is an integer (a float interval there fails every trial). A space that cannot be sampled
+    (reversed or empty bounds, a log range touching 0, a key both searched and fixed) is one SearchSpaceError."""
     from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415
     from hydra.core.override_parser.types import Transformer  # noqa: PLC0415
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution  # noqa: PLC0415
 
+    parse = OverridesParser.create().parse_overrides
+    searched = {o.get_key_element(): o for o in parse(list(params))}
+    given = {o.get_key_element(): o for o in parse(list(overrides))}  # the last of a key wins, as in Hydra
+    for key, o in given.items():
+        if key in searched and not o.is_sweep_override():
+            raise SearchSpaceError(f"{key} is both searched (hydra.sweeper.params: {searched[key].input_line}) and "
+                                   f"fixed ({o.input_line}); to fix it give {key}=choice({o.get_value_element_as_str()})")
+        searched.pop(key, None)  # a command-line sweep of a params key replaces it
     space, fixed = {}, []
-    for o in OverridesParser.create().parse_overrides(overrides):
+    for o in [*searched.values(), *given.values()]:
         key = o.get_key_element()
         if not o.is_sweep_override():
             fixed.append(f"{key}={o.get_value_element_as_str()}")
         elif o.is_choice_sweep() or (o.is_range_sweep() and o.value().shuffle):
-            space[key] = CategoricalDistribution(list(o.sweep_iterator(transformer=Transformer.encode)))
+            values = list(o.sweep_iterator(transformer=Transformer.encode))
+            if not values:
+                raise SearchSpaceError(f"{o.input_line}: no value to choose from; give at least one")
+            space[key] = CategoricalDistribution(values)
         elif o.is_range_sweep():  # range(start, stop, step): stop excluded, as in Python
             v = o.value()
             values = list(o.sweep_iterator())
+            if not values:
+                raise SearchSpaceError(f"{o.input_line} holds no value (stop is excluded, as in Python's range); "
+                                       f"e.g. {key}=range({min(v.start, v.stop)}, {max(v.start, v.stop) + 1})")
             integer = all(isinstance(x, int) for x in (v.start, v.stop, v.step))
             space[key] = (IntDistribution(values[0], values[-1], step=v.step) if integer
                           else FloatDistribution(values[0], values[-1], step=v.step))
-        elif o.is_interval_sweep():  # Hydra's intervals are floats; integers: range(...) or choice(...)
+        elif o.is_interval_sweep():  # interval(a, b): floats; int(interval(a, b)): integers
             v = o.value()
-            space[key] = FloatDistribution(float(v.start), float(v.end), log="log" in v.tags)
+            log_scale, integer = "log" in v.tags, isinstance(v.start, int) and isinstance(v.end, int)
+            if v.start >= v.end:
+                raise SearchSpaceError(f"{o.input_line}: the lower bound {v.start} is not below the upper bound "
+                                       f"{v.end}; give interval(low, high), e.g. interval({v.end}, {v.start})")
+            if log_scale and v.start <= 0:
+                raise SearchSpaceError(f"{o.input_line}: a log scale needs bounds above 0; start from a small "
+                                       f"positive value (e.g. {v.end / 1000:g}) or drop tag(log, ...)")
+            if key in integer_keys and not integer:
+                lo, hi = math.ceil(v.start), math.floor(v.end)
+                raise SearchSpaceError(f"{key} is an integer but {o.input_line} draws floats; search it with "
+                                       f"{key}=int(interval({lo}, {hi})), range({lo}, {hi + 1}) or choice(...)")
+            space[key] = (IntDistribution(int(v.start), int(v.end), log=log_scale) if integer
+                          else FloatDistribution(float(v.start), float(v.end), log=log_scale))
         else:
-            raise ValueError(f"{o.input_line}: not a sweep Optuna can sample (use choice, range or interval)")
+            raise SearchSpaceError(f"{o.input_line}: not a sweep Optuna can sample (use choice, range or interval)")
     return space, fixed
+
+
+def integer_keys(config: DictConfig, keys: list[str]) -> frozenset[str]:
+    """Those of keys whose node in the composed config is typed int (a schema field: model.n_layers)."""
+    from omegaconf.nodes import IntegerNode  # noqa: PLC0415
+
+    out = set()
+    for key in keys:
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(config, parent_key) if parent_key else config
+        node = parent._get_node(leaf) if OmegaConf.is_dict(parent) and leaf in parent else None
+        if isinstance(node, IntegerNode):
+            out.add(key)
+    return frozenset(out)
 
 
 def _format(value: Any) -> str:
@@ -123,7 +171,12 @@ class OptunaSweeper(Sweeper):
         pruner = instantiate(self.pruner_cfg)
         if len(objectives) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
             _fail("Optuna cannot prune multi-objective studies: drop hydra/sweeper/pruner or use one objective")
-        space, fixed = search_space([f"{k}={v}" for k, v in self.params.items()] + list(arguments))
+        params = [f"{k}={v}" for k, v in self.params.items()]
+        try:  # before the study is created or any trial runs
+            keys = [o.partition("=")[0].lstrip("+~") for o in [*params, *arguments]]
+            space, fixed = search_space(list(arguments), integer_keys(self.config, keys), params)
+        except SearchSpaceError as e:
+            _fail(str(e))
         study = optuna.create_study(study_name=self.study_name, storage=self.storage, pruner=pruner,
                                     directions=self.directions, load_if_exists=True)
         self._fail_stale_trials(study, optuna)

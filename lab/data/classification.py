@@ -142,6 +142,8 @@ class LabelledFiles:
                 continue
             if label != text_of(r[self.label_field]):
                 report.note("changed", field, "labels normalised (Unicode NFC, whitespace, numbers as 1 / 0.5)", where)
+            if not isinstance(r[self.text_field], str):  # 12 or true in the JSON: read as the text "12" / "true"
+                report.note("changed", field, "texts given as a number or true/false (read as JSON writes them)", where)
             out.append((text, label, where))
         if not out:
             raise DataError(f"{path}: no usable rows are left ({report.summary('dropped', field)})")

@@ -146,8 +146,9 @@ class LMDataModule(LabDataModule):
                                 f"data.corpus.{split}_files or a larger data.corpus.{split}_fraction")
             if facts["tokens"] <= self.block_size + 1:
                 names = ", ".join(facts["names"][:5]) + (", ..." if len(facts["names"]) > 5 else "")
-                raise DataError(f"the {split} split ({names}) is {facts['tokens']} tokens, too few for windows of "
-                                f"data.block_size={self.block_size}; give more text or a smaller block_size")
+                fix = report.dropped_hint("data.corpus.") or "give more text or a smaller block_size"
+                raise DataError(f"the {split} split{f' ({names})' if names else ''} is {facts['tokens']} tokens, too "
+                                f"few for windows of data.block_size={self.block_size}; {fix}")
         self.report = {**report.to_dict(), "prepared": str(out), "manifest": {s: {k: v for k, v in f.items() if k != "names"}
                                                                                for s, f in splits.items()}}
         report.log()

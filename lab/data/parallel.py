@@ -159,6 +159,9 @@ class ParallelFiles:
                 bad_line(fmt, report, field, path, n, "pairs with an empty or non-text side",
                          f"has an empty or non-text {side} ({json.dumps(source if side == 'source' else target, ensure_ascii=False)[:40]})")
                 continue
+            if not (isinstance(source, str) and isinstance(target, str)):  # 12 or true in the JSON: the text "12"
+                report.note("changed", field, "sides given as a number or true/false (read as JSON writes them)",
+                            f"{path.name}:{n}")
             pairs.append((s.strip(), t.strip(), f"{path.name}:{n}"))
         if not pairs:
             raise DataError(f"{path}: no usable pairs are left ({report.summary('dropped', field)})")

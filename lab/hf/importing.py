@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from lab.checkpoints.safetensors_file import check_safetensors
 from lab.data.tokenizers import HFTokenizer, tokenizer_from_hf_dir
 from lab.errors import LabError
 from lab.hf.exporting import as_typed
@@ -70,6 +71,8 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         absent = [f for f in files if not (path / Path(f).name).is_file()]
         if absent:
             raise LabError(f"{path} lacks the shard(s) {', '.join(absent[:3])} its {SHARDS} names")
+    for f in files:
+        check_safetensors(path / Path(f).name)  # a truncated file: one line, not safetensors' traceback
     return {k: v.float() for f in files for k, v in load_file(str(path / Path(f).name)).items()}
 
 

@@ -19,6 +19,7 @@ from lab.runtime.cli.config_checks import check_config
 from lab.runtime.cli.console import phase, single_console
 from lab.runtime.cli.errors import print_config_tree
 from lab.runtime.cli.ladder import apply_ladder, parameter_counts
+from lab.runtime.rundir import journal
 from lab.runtime.rundir.ranks import set_global_rank
 from lab.runtime.rundir.run_dir import RunDir
 from lab.runtime.trainer.fitting import build_trainer, fit_and_test
@@ -68,6 +69,7 @@ def train(cfg: DictConfig) -> float | None:
                  *(f"{params[k]:,}" for k in ("params/total", "params/active", "params/non_embedding")))
         trainer, loggers = build_trainer(cfg, datamodule, run_dir, {**resolved, "data_report": datamodule.report, **params})
         log.info("setup took %.1fs; training in %s", time.perf_counter() - t_start, run_dir.path)
+        journal.keep_from_first_step(trainer)  # from then on a failure is this run's own, recorded in its directory
         metrics = fit_and_test(cfg, trainer, loggers, task, datamodule, resume, run_dir)
         costs = next((c.costs() for c in trainer.callbacks if isinstance(c, Throughput)), {})
     RunDir.record_final_metrics({**metrics, **params, **costs})  # status.json keeps them; sweeps optimise them

@@ -289,6 +289,13 @@ LM_CASES = [
      {"val": ["v.txt", "w.txt"], "eval_overlap": "error"}, r"1 val file\(s\) also occur in an earlier split \(\S*v.txt\)"),
     ("too-few-tokens-names-file-and-split", {"a.txt": TEXT, "v.txt": "hi\n"}, {"val": ["v.txt"]},
      r"the val split \(\S*v.txt\) is 4 tokens, too few for windows of data.block_size=8"),
+    # the issue's case: half the records' text is "", once vanished from every count
+    ("empty-records-counted", {"a.jsonl": ('{"text": "some text here"}\n{"text": ""}\n') * 200}, {},
+     {"characters": 200 * 14, "documents": 200, "empty": 200}),
+    # the issue's case: every record's field is `content`; said with the count and the setting that fixes it
+    ("skipped-records-name-the-field-setting", {"a.jsonl": '{"content": "some words"}\n' * 300},
+     {"bad_lines": "skip"}, r"^the train split is 0 tokens, too few .*; 300 lines were dropped \(300 lines without a string "
+                           r"'text', first a.jsonl:1\); set data.corpus.text_field to the field that holds the text"),
 ]
 
 
@@ -303,6 +310,9 @@ def test_language_model_reads_the_users_text_exactly(tmp_path, files, options, e
     splits = dm.report["splits"]
     assert splits["train"]["characters"] + splits["val"]["characters"] == expected["characters"]
     assert splits["train"]["tokens"] + splits["val"]["tokens"] == len(dm.train_tokens) + len(dm.val_tokens)
+    if "documents" in expected:  # every record either a document or counted as dropped, over the splits
+        assert splits["train"]["documents"] + splits["val"]["documents"] == expected["documents"]
+        assert sum(c for (a, _, r), (c, _) in events(dm).items() if a == "dropped" and "records with an empty" in r) == expected["empty"]
     if "val_documents" in expected:
         assert splits["val"]["documents"] == expected["val_documents"]
     chars = set(dm.tokenizer.itos)
@@ -310,6 +320,16 @@ def test_language_model_reads_the_users_text_exactly(tmp_path, files, options, e
     assert any(f.get("bom_stripped") for f in dm.report["files"]) == expected.get("bom", False)
     for (action, split, reason), (count, first) in expected.get("events", {}).items():
         assert event(dm, action, split, reason) == (count, [str(tmp_path / f) for f in first])  # documents by path
+
+
+def test_a_symbolic_link_loop_or_a_dangling_link_is_named_as_such(tmp_path):
+    """Not "does not exist": the link is there; what is wrong is where it points."""
+    (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "moved.txt")
+    with pytest.raises(DataError, match=r"loop.txt is a symbolic link loop; point it at the file"):
+        TextFiles([str(tmp_path / "loop.txt")]).files(tmp_path)
+    with pytest.raises(DataError, match=r"gone.txt is a symbolic link to \S*moved.txt, which does not exist"):
+        TextFiles([str(tmp_path / "gone.txt")]).files(tmp_path)
 
 
 # ---------------------------------------------------------------- concurrent cold caches
@@ -413,3 +433,28 @@ def test_the_run_directory_and_the_log_carry_the_data_report(tmp_path):
     log = (run / "train.log").read_text()
     assert "data: dropped in train_file: 1 rows with the wrong number of columns (first: train.tsv:23)" in log
     assert "data_report" in (run / "csv" / "hparams.yaml").read_text()
+
+
+def test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted(tmp_path):
+    """A JSON-lines text or pair side that is a number or true/false becomes its JSON text ("12", "true"): a value
+    replaced, so counted as changed (it was silent) in the labelled-file and the parallel readers."""
+    from lab.data.classification import LabelledFiles
+    from lab.data.parallel import ParallelFiles
+    from lab.data.sources.reading import DataReport
+
+    rows = [{"text": f"review number {i}", "label": "a" if i % 2 else "b"} for i in range(6)]
+    rows[2]["text"], rows[4]["text"] = 12, True
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = DataReport()
+    read = LabelledFiles(str(tmp_path / "c.jsonl")).load(tmp_path, report)["all"]
+    assert [t for t, _, _ in read][2:5:2] == ["12", "true"]
+    changed = [(k, e["count"], e["first"]) for k, e in report.events.items() if k[0] == "changed"]
+    assert changed == [(("changed", "train_file", "texts given as a number or true/false (read as JSON writes them)"), 2,
+                        ["c.jsonl:3", "c.jsonl:5"])]
+    pairs = [{"source": f"Satz {i}.", "target": f"sentence {i}."} for i in range(4)]
+    pairs[1]["target"] = 7
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    report = DataReport()
+    read = ParallelFiles(str(tmp_path / "p.jsonl")).load(tmp_path, report)["train"]
+    assert read[1][:2] == ("Satz 1.", "7")
+    assert report.count("changed", "train_file") == 1

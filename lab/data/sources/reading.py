@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import errno
 import glob
 import io
 import json
@@ -126,6 +127,19 @@ class DataReport:
         parts = [f"{e['count']} {r} (first {', '.join(e['first'][:2])})" for r, e in found]
         return f"{sum(e['count'] for _, e in found)} {action}" + (f": {'; '.join(parts)}" if parts else "")
 
+    def dropped_hint(self, prefix: str) -> str | None:
+        """Why a split came out too small when lines were dropped: "300 lines were dropped (300 lines without a
+        string 'text', first a.jsonl:1); set <prefix>text_field to the field holding the text"; None if none were."""
+        found = sorted(((e["count"], r, e["first"]) for (a, _, r), e in self.events.items() if a == "dropped"), reverse=True)
+        if not found:
+            return None
+        count, reason, first = found[0]
+        lacked = re.search(r"without a string '([^']*)'", reason)
+        fix = (f"set {prefix}text_field to the field that holds the text (not {lacked.group(1)!r})" if lacked
+               else "fix those lines")
+        where = f", first {first[0]}" if first else ""
+        return f"{sum(c for c, _, _ in found):,} lines were dropped ({count:,} {reason}{where}); {fix}"
+
     def to_dict(self) -> dict:
         events = [{"action": a, "split": s, "reason": r, **e} for (a, s, r), e in self.events.items()]
         return {"task": self.task, "files": self.files, "splits": self.splits, "events": events}
@@ -164,6 +178,15 @@ def check_file(file: str | None, field: str) -> Path:
     if path.is_dir():
         raise DataError(f"{field}={file} is a directory; give a file")
     if not path.is_file():
+        if path.is_symlink():  # a link to nowhere: "does not exist" would send the user looking for the link
+            try:
+                target = os.path.realpath(path, strict=True)
+            except OSError as e:  # ELOOP: the link points (through others) back at itself; else: missing target
+                raise DataError(f"{field}={file} is a symbolic link loop; point it at the file it should name"
+                                if e.errno == errno.ELOOP else
+                                f"{field}={file} is a symbolic link to {os.readlink(path)}, which does not exist; "
+                                "fix the link or give the file itself") from None
+            raise DataError(f"{field}={file} is a symbolic link to {target}, which is not a file; give a file")
         if str(file) != str(file).strip() and Path(str(file).strip()).expanduser().is_file():
             raise DataError(f"{field}={str(file)!r} does not exist, {str(file).strip()!r} does: remove the spaces around "
                             "the name")

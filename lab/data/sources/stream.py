@@ -267,6 +267,8 @@ def documents_of(plan, report: DataReport, cuts: tuple[int, ...]) -> Iterator[tu
                 bad_line(plan.fmt, report, plan.field, plan.path, number, f"lines without a string {plan.text_field!r}",
                          f"not a JSON object with a string field {plan.text_field!r} (data.corpus.text_field)")
                 continue
+            if not value.strip():  # no document (the shard drops whitespace): counted, not vanished
+                report.note("dropped", plan.field, f"records with an empty {plan.text_field!r}", f"{plan.path.name}:{number}")
             yield part, value
             yield part, None
 

@@ -81,7 +81,9 @@ RULES: dict[str, tuple[Callable, str]] = {
     "trainer.num_nodes": POSITIVE_INT,
     "trainer.num_sanity_val_steps": optional(int_at_least(-1)),
     "trainer.gradient_clip_val": optional(number_in(0)),
-    "trainer.precision": one_of(*PRECISIONS),
+    # Lightning's names; the short forms (32, bf16, ...) are aliases, left out of the line to keep it short
+    "trainer.precision": ((lambda v: v in PRECISIONS),
+                          "one of 32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, transformer-engine"),
     "trainer.accelerator": one_of(*ACCELERATORS),
     "trainer.devices": ((lambda v: v == "auto" or (_is_int(v) and (v >= 1 or v == -1))
                          or (isinstance(v, list | ListConfig) and len(v) > 0 and all(_is_int(d) and d >= 0 for d in v))),

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from lab.errors import LabError
 from lab.runtime.cli import schemas  # registers the typed schemas before Hydra composes
 from lab.runtime.cli.console import record_in_log_files
+from lab.runtime.rundir import journal
 from lab.runtime.rundir.ranks import run_dir
 
 LAUNCH_TIME = time.time()  # entry points import this module first: "time since launch" starts here
@@ -64,7 +65,8 @@ def user_errors_exit(fn):
             cause = user_error_in(e)
             if cause is None:
                 raise
-            exit_with_error(str(cause))
+            restored = journal.undo()  # refused before training: the run directory as it was (a new one removed)
+            exit_with_error(str(cause), to_log=not restored)
         finally:
             _Task.started = False  # the next job of a sweep is composed after this one
 
@@ -138,9 +140,26 @@ def hydra_error_line(e: BaseException) -> str | None:
         return (f"{group}={option}: no such option in conf/{group}/{did_you_mean(option, e.options)}; available: "
                 f"{', '.join(sorted(e.options))}")
     if isinstance(e, OverrideParseException):
+        key, eq, value = e.override.partition("=")
+        if eq and not value.isascii() and value[:1] not in "'\"":  # Hydra's grammar reads unquoted ASCII only
+            return f"{e.override}: a value with non-ASCII characters must be quoted; write {key}=\"'{value}'\""
         lines = text.splitlines()
         return f"cannot parse the command line: {lines[0]}; see https://hydra.cc/docs/1.3/advanced/override_grammar/basic"
     if isinstance(e, ConfigCompositionException):
+        swept = re.search(r"Sweeping over Hydra's configuration is not supported : '(hydra\.sweeper\.params\.)?([^=']+)=(.*)'", text)
+        if swept and swept.group(1):  # the key path conf/hparams_search/*.yaml shows, typed on the command line
+            return (f"{swept.group(1)}{swept.group(2)}=... cannot be swept from the command line; give the key itself: "
+                    f"{swept.group(2)}={swept.group(3)} (it replaces the search's own range)")
+        comma = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'", text)
+        if comma:  # a,b is Hydra's sweep syntax, which a single run refuses
+            key, value = comma.groups()
+            return (f"{key}={value} is a sweep; add -m to run one job per value, or write a list {key}=[{value}] "
+                    f"or a string {key}=\"'{value}'\"")
+        multi = re.match(r"Sweep parameters '([^']+)' requires --multirun", text)
+        if multi:  # range()/choice() a plain multirun runs; interval() only a search samples
+            how = ("add +hparams_search=optuna to search it" if "interval(" in multi.group(1)
+                   else "add -m to run one job per value")
+            return f"{multi.group(1)} is a sweep; {how}"
         found = re.search(r"Could not override '([^']+)'", text)
         append = re.search(r"use (\+\S+)", text)
         if found and "No match in the defaults list" in text:
@@ -323,8 +342,37 @@ def key_named(key: str, entry_point: str) -> str | None:
     return matches[0] if matches and matches[0] != key else None
 
 
+def _journaling_job_start(configure_log, save_config):
+    """Hydra's job start (run_job: make the run directory, configure its log, save .hydra/*.yaml) recorded in
+    lab.runtime.rundir.journal, so that a refused run can leave the directory as it was."""
+
+    @functools.wraps(configure_log)
+    def configure_log_journaled(*args, **kwargs):
+        from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+
+        hc = HydraConfig.get() if HydraConfig.initialized() else None
+        out = hc.runtime.output_dir if hc is not None else None
+        # an entry point with a run dir, or a log folder of its own (lab.prepare's); never the working directory
+        if out and (hc.output_subdir is not None or Path(out).resolve() != Path.cwd().resolve()):
+            journal.begin(out)
+        return configure_log(*args, **kwargs)
+
+    @functools.wraps(save_config)
+    def save_config_journaled(cfg, filename, output_dir):
+        journal.before_write(Path(output_dir) / filename)
+        return save_config(cfg, filename, output_dir)
+
+    configure_log_journaled.lab_translates = save_config_journaled.lab_translates = True
+    return configure_log_journaled, save_config_journaled
+
+
 def _install_hydra_translation() -> None:
     import hydra._internal.utils as hydra_utils  # noqa: PLC0415 - the function hydra.main reports errors with
+    import hydra.core.utils as hydra_core  # noqa: PLC0415 - run_job calls these two by their module's names
+
+    if not getattr(hydra_core.configure_log, "lab_translates", False):
+        hydra_core.configure_log, hydra_core._save_config = _journaling_job_start(hydra_core.configure_log,
+                                                                                 hydra_core._save_config)
 
     if not getattr(hydra_utils.run_and_report, "lab_translates", False):
         hydra_utils.run_and_report = _translating_run_and_report(hydra_utils.run_and_report)

@@ -38,10 +38,7 @@ def _test(ckpt_path: str, cfg: DictConfig):
     if datamodule.vocab != meta["vocab"]:
         raise LabError(f"the data now gives vocabulary {datamodule.vocab}, but the checkpoint was trained with "
                        f"{meta['vocab']}; evaluate with the data settings the run used")
-    split = cfg.get("split", "test")
-    if split not in ("test", "valid"):
-        raise LabError(f"split={split!r}: evaluate the test or the valid split")
-    if split == "valid":  # e.g. to tune the length penalty on held-out data, not on the test split
+    if cfg.get("split", "test") == "valid":  # the split is checked by lab.eval before any work  # e.g. to tune the length penalty on held-out data, not on the test split
         datamodule.use_for_test("val")  # the LM's and MLM's: every token (segment) of the validation text once
         print(f"evaluating {ckpt_path} on the validation split (the metrics below are named test/*)")
     task = instantiate(run_cfg.task, model=build_model(run_cfg.model, meta["vocab"]))

@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.runtime.rundir import journal
 
 log = logging.getLogger("lab")
 LOCK_NAME = ".lock"
@@ -22,6 +23,7 @@ def lock_run_dir(run_dir: Path) -> None:
     run_dir = run_dir.resolve()
     if run_dir in _held:
         return
+    journal.before_write(run_dir / LOCK_NAME)
     run_dir.mkdir(parents=True, exist_ok=True)
     f = open(run_dir / LOCK_NAME, "a+")  # noqa: SIM115 - kept open: closing it releases the lock
     try:
@@ -51,6 +53,7 @@ def move_log_into(run_dir: Path, fresh_dir: Path) -> None:
     train.log lines to run_dir/train.log, point the log file handler there, and remove fresh_dir if it holds
     nothing but what Hydra put there."""
     target = run_dir / "train.log"
+    journal.before_append(target)
     for logger in (logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))):
         for handler in logger.handlers:
             if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == fresh_dir.resolve():

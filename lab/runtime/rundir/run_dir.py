@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lab.runtime.rundir import lock, signals
+from lab.runtime.rundir import journal, lock, signals
 
 log = logging.getLogger("lab")
 STATUS_FILE = "status.json"
@@ -84,12 +84,14 @@ class RunDir:
     # ---- its files ---------------------------------------------------------------------------------------
     def save_config(self, resolved: dict[str, Any]) -> None:
         if self.owner:
+            journal.before_write(self.path / "config.yaml")
             self.path.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(resolved, self.path / "config.yaml")
 
     def save_data_report(self, report: dict[str, Any]) -> None:
         """What the datamodule read, dropped, truncated (lab.data.sources.reading.DataReport)."""
         if self.owner:
+            journal.before_write(self.path / "data_report.json")
             (self.path / "data_report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
 
     def read_status(self) -> dict[str, Any] | None:
@@ -103,6 +105,7 @@ class RunDir:
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
         """Update status.json atomically (write a temporary file, then rename over the old one)."""
+        journal.before_write(self.path / STATUS_FILE)
         self.path.mkdir(parents=True, exist_ok=True)
         status = {**(self.read_status() or {}), **fields, "updated": now()}
         tmp = self.path / f".{STATUS_FILE}.{os.getpid()}.tmp"
@@ -122,6 +125,7 @@ class RunDir:
         if not self.owner or not wandb_cfg or wandb_cfg.get("mode") == "disabled":
             return
         id_file = self.path / WANDB_ID_FILE
+        journal.before_write(id_file)
         if wandb_cfg.get("id"):  # given (a sweep job's id, kept in its status.json, or the user's): that one is the run's
             id_file.write_text(f"{wandb_cfg.id}\n")
         elif not id_file.exists():
@@ -140,4 +144,5 @@ class RunDir:
         return -1
 
     def record_wandb_last_step(self, run_id: str, step: int) -> None:
+        journal.before_write(self.path / LAST_STEP_FILE)
         (self.path / LAST_STEP_FILE).write_text(f"{run_id} {step}\n")

@@ -137,6 +137,9 @@ def sweep_job(fn):
 
 
 def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
+    from lab.runtime.rundir import journal  # noqa: PLC0415
+
+    journal.keep()  # a job's failure stays recorded in its own directory: the sweep's summary reads it
     num, job_dir, overrides = job["num"], job["dir"], job["overrides"]
     what = f"job {num} ({' '.join(overrides) or 'no overrides'})"
     where = progress(num, job["total"])

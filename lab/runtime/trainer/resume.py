@@ -99,9 +99,15 @@ def check_resume(cfg, resolved: dict[str, Any]) -> Resume | None:
     changes = config_changes(saved, resolved)
     identity = [k for k in changes if k.startswith(("task._target_", "model."))]
     if "task._target_" in changes or parameter_shapes(saved["model"], vocab) != parameter_shapes(resolved["model"], vocab):
-        raise LabError(f"checkpoint {path} holds another {'task' if 'task._target_' in changes else 'model shape'}: "
-                       f"{_describe(changes, identity)} (checkpoint -> this run); resume with the checkpoint's "
-                       "settings, or start a new run without ckpt_path")
+        # the error line names the decisive difference; every difference goes to the log line above it
+        task = changes.get("task._target_")
+        shown = [] if task else identity[:2]
+        what = (f"another task ({str(task[0]).rpartition('.')[2]}; this run: {str(task[1]).rpartition('.')[2]})" if task
+                else f"another model shape: {_describe(changes, shown)}")
+        more = len(identity) - len(shown) - bool(task)
+        log.info("checkpoint %s differs from this run in: %s (checkpoint -> this run)", path, _describe(changes, identity))
+        raise LabError(f"checkpoint {path} holds {what}{f', and {more} more settings differ (listed above)' if more else ''}"
+                       "; resume with its settings, or start a new run without ckpt_path")
     if changes and rank_zero_only.rank == 0:  # once per job, not once per process
         notes = [f"{k} {a!r} -> {b!r}{' (kept from the checkpoint)' if k.startswith(KEPT_FROM_CHECKPOINT) else ''}"
                  for k, (a, b) in changes.items()]

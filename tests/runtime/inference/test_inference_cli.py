@@ -316,6 +316,10 @@ REFUSED = [
     _refused("lab.generate", "max_new_tokens=-5", "max_new_tokens=-5 is out of range: max_new_tokens must be an integer >= 1"),
     _refused("lab.translate", "length_penalty=nan", "length_penalty=nan is out of range: length_penalty must be a finite number"),
     _refused("lab.translate", "n_best=6", "n_best=6 is out of range: beam search keeps beam_size=5 hypotheses"),
+    # lab.eval's settings: they were checked after the data was prepared (the cache written) and the test run
+    _refused("lab.eval", "split=train", "split='train': evaluate the test or the valid split; write split=test or split=valid"),
+    _refused("lab.eval", "bootstrap_samples=0", "bootstrap_samples=0 must be an integer >= 1"),
+    _refused("lab.eval", "outputs_dir=pyproject.toml", "outputs_dir=pyproject.toml is a file"),
     # the ranges themselves are tested in test_inference.py
     _refused("lab.generate", "top_k=0", "top_k=0 is out of range: top_k must be an integer >= 1, or null", slow=True),
     _refused("lab.generate", "num_samples=0", "num_samples=0 is out of range", slow=True),
@@ -325,7 +329,8 @@ REFUSED = [
 
 @pytest.mark.parametrize(("module", "args", "message"), REFUSED)
 def test_bad_settings_are_one_error_line_before_the_checkpoint_is_read(module, args, message):
-    result = cli(module, ["ckpt_path=/no/such/run", "prompt=x" if module == "lab.generate" else "text=x", *args])
+    text = {"lab.generate": ["prompt=x"], "lab.eval": []}.get(module, ["text=x"])
+    result = cli(module, ["ckpt_path=/no/such/run", *text, *args])
     (line,) = result.stderr.splitlines()
     assert result.returncode == 2 and line.startswith("error: ") and message in line and "/no/such/run" not in result.stderr  # settings first: nothing was read
 

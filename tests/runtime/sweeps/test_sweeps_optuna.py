@@ -102,3 +102,59 @@ def test_multi_objective_search_writes_the_pareto_front(tmp_path):
         return any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points.values())
 
     assert sorted(t["trial"] for t in front) == sorted(n for n, p in points.items() if not dominated(p))
+
+
+@pytest.mark.parametrize(("overrides", "params", "says"), [
+    (["lr=tag(log, interval(1e-2, 1e-4))"], [], "lower bound 0.01 is not below the upper bound 0.0001"),
+    (["lr=interval(0.5, 0.5)"], [], "not below the upper bound"),
+    (["lr=tag(log, interval(0, 1e-2))"], [], "a log scale needs bounds above 0"),
+    (["n=tag(log, int(interval(0, 8)))"], [], "a log scale needs bounds above 0"),
+    (["n=range(4, 1)"], [], "holds no value (stop is excluded, as in Python's range); e.g. n=range(1, 5)"),
+    (["n_layers=interval(1, 3)"], [], "n_layers=int(interval(1, 3)), range(1, 4) or choice(...)"),
+    (["wd=0.1"], ["wd=interval(0.0, 0.2)"], "wd is both searched (hydra.sweeper.params: wd=interval(0.0, 0.2)) and "
+                                          "fixed (wd=0.1); to fix it give wd=choice(0.1)"),
+])
+def test_a_search_space_optuna_cannot_sample_is_one_line(overrides, params, says):
+    """Each of the issue's search spaces (reversed, empty, log from 0, a float interval for an integer, a key both
+    searched and fixed) is refused by name before any trial; each fails on a check that drops its branch."""
+    from conftest import one_short_line
+
+    from hydra_plugins.lab_optuna_sweeper.sweeper import SearchSpaceError
+
+    with pytest.raises(SearchSpaceError) as e:
+        search_space(overrides, frozenset({"n_layers"}), params)
+    assert says in one_short_line(str(e.value))
+
+
+def test_int_interval_draws_integers_and_a_command_line_sweep_replaces_the_params_one():
+    """int(interval(a, b)) is an integer distribution (Hydra's interval is float: every trial of model.n_layers
+    failed); a sweep of a params key on the command line replaces the params' range, fixed keys pass through."""
+    space, fixed = search_space(["n_layers=int(interval(1, 3))", "lr=tag(log, interval(1e-5, 1e-3))", "seed=4"],
+                                frozenset({"n_layers"}), ["lr=tag(log, interval(1e-4, 1e-2))", "wd=interval(0.0, 0.2)"])
+    assert space == {"wd": FloatDistribution(0.0, 0.2), "n_layers": IntDistribution(1, 3),
+                     "lr": FloatDistribution(1e-5, 1e-3, log=True)}
+    assert fixed == ["seed=4"]
+
+
+def test_integer_keys_are_the_schemas_int_fields():
+    """model.n_layers (GPTConfig: int) is an integer key; model.dropout (float) and an untyped YAML int are not."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.lab_optuna_sweeper.sweeper import integer_keys
+    from lab.models.gpt import GPTConfig
+
+    cfg = OmegaConf.create({"model": OmegaConf.structured(GPTConfig), "trainer": {"max_steps": 5}})
+    assert integer_keys(cfg, ["model.n_layers", "model.dropout", "trainer.max_steps", "model.missing"]) == {"model.n_layers"}
+
+
+def test_bad_search_spaces_exit_2_before_any_trial(tmp_path):
+    """End to end: a reversed log interval, and the YAML's key path typed on the command line (Hydra's own
+    "Sweeping over Hydra's configuration is not supported"), are one `error:` line each, exit 2, no trial run."""
+    reversed_ = run_module("lab.train", [*ARGS, "task.optimizer.lr=tag(log, interval(1e-2, 1e-4))"], tmp_path)
+    assert reversed_.returncode == 2, reversed_.stderr[-2000:]
+    assert reversed_.stderr.strip().splitlines()[-1].startswith("error: task.optimizer.lr=tag(log, interval(1e-2, 1e-4)): the lower")
+    path = run_module("lab.train", [*ARGS, "hydra.sweeper.params.task.optimizer.lr=tag(log, interval(1e-5, 1e-3))"], tmp_path)
+    assert path.returncode == 2, path.stderr[-2000:]
+    assert path.stderr.strip().splitlines()[-1].endswith(
+        "give the key itself: task.optimizer.lr=tag(log, interval(1e-5, 1e-3)) (it replaces the search's own range)")
+    assert not list(tmp_path.rglob("status.json")) and not list(tmp_path.rglob("optuna.db"))

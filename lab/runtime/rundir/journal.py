@@ -1,0 +1,144 @@
+"""A refused command leaves every run directory as it found it.
+
+Between the moment Hydra enters a run's directory and the moment training starts, everything lab (and Hydra)
+writes there is recorded: the files' previous bytes, modes and times, the lengths of the logs it appends to,
+and whether the directory itself was made by this process. When the run is refused in that span (a user error:
+one `error:` line, exit 2), `undo` puts it all back: a directory this launch made is removed whole, one that
+belonged to another run (hydra.run.dir=<a finished run> ckpt_path=auto) keeps its status.json, config.yaml,
+.hydra/ and train.log byte for byte. `keep` ends the span: from the first training step on a run's own failure
+is recorded in its own status.json. A sweep job keeps its record always (the sweep's summary reads it).
+
+    begin(dir)            Hydra entered dir (lab.runtime.cli.errors hooks Hydra's job start)
+    before_write(path)    lab or Hydra is about to replace path
+    before_append(path)   ... or to append to it
+    keep()                training starts (keep_from_first_step): what is written from here on stays
+    undo() -> bool        refused: restore; True when something was restored
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("lab")
+STARTED_NS = time.time_ns()  # a directory modified after this (and empty when entered) was made by this process
+
+
+@dataclass
+class _Journal:
+    run_dir: Path | None = None
+    made_here: bool = False  # run_dir was created by this process: undo removes it whole
+    made_parent: Path | None = None  # its parent when it holds nothing else: <runs_dir>/<name>/ (never runs_dir)
+    files: dict[Path, tuple[bytes, os.stat_result] | None] = field(default_factory=dict)  # None: did not exist
+    lengths: dict[Path, tuple[int, os.stat_result]] = field(default_factory=dict)
+    new_dirs: list[Path] = field(default_factory=list)
+
+
+_journal: _Journal | None = None
+
+
+def begin(run_dir: str | Path) -> None:
+    """Start recording for the run directory Hydra has just entered (made if it was missing)."""
+    global _journal
+    path = Path(run_dir)
+    made_here = path.is_dir() and not any(path.iterdir()) and path.stat().st_mtime_ns >= STARTED_NS
+    _journal = _Journal(path, made_here)
+    if made_here and [p.name for p in path.parent.iterdir()] == [path.name]:  # <runs_dir>/<name>/ made for it too
+        _journal.made_parent = path.parent
+    before_append(path / "train.log")  # Hydra's log file handler appends to an earlier run's log
+
+
+def _watched(path: Path) -> bool:
+    return _journal is not None and not (_journal.made_here and path.is_relative_to(_journal.run_dir))
+
+
+def before_write(path: str | Path) -> None:
+    """path is about to be written (created or replaced)."""
+    path = Path(path)
+    if not _watched(path) or path in _journal.files or path in _journal.lengths:
+        return
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    _journal.new_dirs.extend(missing[::-1][:1])  # the outermost missing directory goes, with what is in it
+    _journal.files[path] = (path.read_bytes(), path.stat()) if path.is_file() else None
+
+
+def before_append(path: str | Path) -> None:
+    """path (a log) is about to be appended to: undo cuts it back to its present length."""
+    path = Path(path)
+    if not _watched(path) or path in _journal.files or path in _journal.lengths:
+        return
+    if path.is_file():
+        _journal.lengths[path] = (path.stat().st_size, path.stat())
+    else:
+        before_write(path)
+
+
+def keep() -> None:
+    """The run has started: what it writes from here on is its own."""
+    global _journal
+    _journal = None
+
+
+def keep_from_first_step(trainer) -> None:
+    """keep() when `trainer` starts its first training step: model.init_from, a resumed checkpoint's state and
+    the sanity validation are still setup (refused by undo); the first step is the run's own."""
+    from lightning.pytorch.callbacks import Callback  # noqa: PLC0415 - only a training run needs it
+
+    class KeepOnTrainStart(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            keep()
+
+    trainer.callbacks.append(KeepOnTrainStart())
+
+
+def _restore_times_and_mode(path: Path, st: os.stat_result) -> None:
+    os.chmod(path, stat.S_IMODE(st.st_mode))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def undo() -> bool:
+    """Put back what this launch changed since begin(); True when it had changed anything."""
+    from lab.runtime.rundir import lock  # noqa: PLC0415 - lock imports nothing of this module; released first
+
+    global _journal
+    journal, _journal = _journal, None
+    if journal is None:
+        return False
+    lock.release_run_dirs()
+    _close_log_files_under([journal.run_dir, *journal.files, *journal.lengths])
+    if journal.made_here:
+        shutil.rmtree(journal.run_dir, ignore_errors=True)
+        if journal.made_parent is not None:
+            with contextlib.suppress(OSError):  # something appeared there meanwhile: not ours to remove
+                journal.made_parent.rmdir()
+    for path, before in journal.files.items():
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(before[0])
+            _restore_times_and_mode(path, before[1])
+    for path, (length, st) in journal.lengths.items():
+        if path.is_file():
+            os.truncate(path, length)
+            _restore_times_and_mode(path, st)
+    for d in journal.new_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    return journal.made_here or bool(journal.files or journal.lengths)
+
+
+def _close_log_files_under(paths: list[Path]) -> None:
+    """Log file handlers writing into what undo restores: closed, so nothing is written there after it."""
+    targets = {Path(p).resolve() for p in paths}
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.FileHandler):
+                file = Path(handler.baseFilename).resolve()
+                if file in targets or any(file.is_relative_to(t) for t in targets if t.is_dir()):
+                    logger.removeHandler(handler)
+                    handler.close()
