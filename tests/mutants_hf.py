@@ -5,6 +5,7 @@ from __future__ import annotations
 
 PIPELINES = "tests/hf/test_against_hf_pipelines.py"
 IMPORT = "tests/hf/test_against_hf_import.py"
+SHAPE = "tests/hf/test_against_hf_shape.py"
 
 MUTANTS = [
     ("LM data ignores data.tokenizer_from (trains its own)", "lab/data/lm.py",
@@ -45,7 +46,7 @@ MUTANTS = [
      "zeros = (src_ids == 0) & (src != 0)", "zeros = (src_ids == 0) & (src != src)",
      [f"{IMPORT}::test_a_bias_where_lab_has_none_is_refused"]),
     ("BERT import drops token type 0", "lab/hf/bert.py",
-     "state[positions] = state[positions] + state[types][0]", "state[positions] = state[positions]",
+     "{positions: state[positions] + rows[0],", "{positions: state[positions],",
      [f"{IMPORT}::test_a_transformers_bert_imports_with_its_logits"]),
     ("Mixtral experts' gate and up swapped", "lab/hf/mixtral.py",
      "gate, up = w_in.split(w_in.shape[0] // 2)", "up, gate = w_in.split(w_in.shape[0] // 2)",
@@ -197,10 +198,26 @@ MUTANTS = [
     ("kind_of takes any model for an LM", "lab/hf/registry.py",
      "if isinstance(model, cls)), None)", "if isinstance(model, cls)), \"lm\")",
      ["tests/hf/test_against_hf_export.py::test_the_registry_has_one_entry_per_class_and_each_model_class_one_kind"]),
-    ("a classifier may not start from a BERT MLM", "lab/hf/importing.py",
-     '"encoder": ("mlm", "encoder")}', '"encoder": ("encoder",)}',
+    ("a classifier may not start from a BERT MLM", "lab/hf/shape.py",
+     '"encoder": ("mlm", "encoder"),', '"encoder": ("encoder",),',
      [f"{IMPORT}::test_a_classifier_fine_tunes_from_a_transformers_bert"]),
     ("the MLM export names no [MASK]", "lab/hf/exporting.py",
      '"mask": model.mask_id if kind == "mlm" else None', '"mask": None',
      [f"{PIPELINES}::test_fill_mask_pipeline_gives_lab_fill_mask"]),
+    # model.init_from=<directory> decides the shape (lab/hf/shape.py)
+    ("an override that contradicts the directory is silently replaced", "lab/hf/shape.py",
+     "    if contradicts:\n", "    if False:\n",
+     [f"{SHAPE}::test_an_override_that_contradicts_the_directory_is_one_error_naming_both"]),
+    ("the directory's shape leaves what config_from_hf does not name at the preset's (QK-norm)", "lab/hf/shape.py",
+     'out = {k: v for k, v in resolved.items() if k != "moe"}', 'out = {k: v for k, v in args.items() if k in arch and k != "moe"}',
+     [f"{SHAPE}::test_against_hf_gpt2"]),
+    ("an MoE preset's training terms replaced by the directory's", "lab/hf/shape.py",
+     'taken["moe"] = {**moe, **{k: mine["moe"][k] for k in MOE_TRAINING if k in mine["moe"]}}', 'taken["moe"] = moe',
+     [f"{SHAPE}::test_against_hf_mixtral"]),
+    ("a command line's ~model.k is not a given key", "lab/hf/shape.py",
+     'keys = {o.lstrip("+~").split("=", 1)[0] for o in overrides}', 'keys = {o.lstrip("+").split("=", 1)[0] for o in overrides}',
+     [f"{SHAPE}::test_given_keys_are_the_command_lines_model_keys"]),
+    ("init_from compares the experts of the first layer, dense when every_n > 1", "lab/hf/importing.py",
+     "mine, theirs = first(model), first(other)", "mine, theirs = model.decoder.layers[0].ffn, other.decoder.layers[0].ffn",
+     [f"{SHAPE}::test_against_hf_switch"]),
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -49,8 +50,10 @@ class Family(ABC):
         """config.json (and the file's tensors, where a setting shows only in them, e.g. all-zero biases) -> the
         lab model's arguments; one LabError where lab's layers cannot reproduce a setting."""
 
-    def fold(self, state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
-        """The file's tensors in the form `to_hf` writes, where the file may hold more (e.g. BERT's token types)."""
+    def fold(self, state: Mapping[str, torch.Tensor], config: dict) -> Mapping[str, torch.Tensor]:
+        """The file's tensors in the form `to_hf` writes, where the file may hold more (e.g. BERT's token types).
+        state reads each tensor when asked for it (lab.hf.weights.Weights): replace only what changes (a ChainMap
+        over state), so a large checkpoint is never held whole."""
         return state
 
 

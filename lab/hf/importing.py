@@ -23,12 +23,14 @@ from lab.data.tokenizers import HFTokenizer, tokenizer_from_hf_dir
 from lab.errors import LabError
 from lab.hf.exporting import as_typed
 from lab.hf.family import Family
-from lab.hf.registry import FAMILIES, MODELS, family_named, kind_of
+from lab.hf.registry import MODELS, kind_of
+from lab.hf.shape import STARTS, family_of, refuse_kind
+from lab.hf.weights import SHARDS, Weights
+from lab.nn.moe import MixtureOfExperts
 
 log = logging.getLogger("lab")
 
 FILES = "config.json, model.safetensors and tokenizer.json"
-SHARDS = "model.safetensors.index.json"  # a large model's weights in several safetensors files
 
 
 @dataclass
@@ -59,18 +61,8 @@ def read_dir(path: str | Path) -> tuple[Path, dict]:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, or the shards model.safetensors.index.json names, as float32 tensors."""
-    from safetensors.torch import load_file  # noqa: PLC0415 - the export extra
-
-    files = ["model.safetensors"]
-    if (path / SHARDS).is_file():
-        try:
-            files = sorted(set(json.loads((path / SHARDS).read_text())["weight_map"].values()))
-        except (ValueError, KeyError) as e:
-            raise LabError(f"{path / SHARDS} is not a shard index ({e})") from e
-        absent = [f for f in files if not (path / Path(f).name).is_file()]
-        if absent:
-            raise LabError(f"{path} lacks the shard(s) {', '.join(absent[:3])} its {SHARDS} names")
-    return {k: v.float() for f in files for k, v in load_file(str(path / Path(f).name)).items()}
+    with Weights(path) as weights:
+        return {k: weights[k].float() for k in weights}
 
 
 def traced(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, tuple[int, int]]]:
@@ -135,10 +127,8 @@ def load_state(model: torch.nn.Module, family: Family, state: dict[str, torch.Te
 def load(path: str | Path) -> Imported:
     """A Hugging Face model directory -> lab's model (eval mode, float32) and tokenizer."""
     p, config = read_dir(path)
-    name = (config.get("architectures") or ["?"])[0]
-    family = family_named(name)
-    if family is None:
-        raise LabError(f"{p}: architecture {name} is not supported; lab imports {', '.join(f.hf_class for f in FAMILIES)}")
+    family = family_of(p, config)
+    name = family.hf_class
     state, tok = read_weights(p), tokenizer_from_hf_dir(p)
     state = family.fold(state, config)
     model = MODELS[family.kind](**family.config_from_hf(config, state, tok))
@@ -152,9 +142,6 @@ def is_hf_dir(path: str) -> bool:
     return p.is_dir() and (p / "config.json").is_file()
 
 
-# the kinds of Hugging Face model each kind of lab model may start from (model.init_from): a classifier takes the
-# encoder of an MLM or of a classifier
-STARTS = {"lm": ("lm",), "seq2seq": ("seq2seq",), "encoder": ("mlm", "encoder")}
 TRAINING_ONLY = ("dropout", "init_std", "embed_init_std", "moe")  # settings that leave the function (and the weights) as they are
 DERIVED = ("n_kv_heads", "head_dim", "norm_eps", "d_ff")  # null: TransformerConfig resolves them from the others
 MOE_FUNCTION = ("num_experts", "top_k", "expert_hidden", "gate", "router", "num_shared")
@@ -178,7 +165,8 @@ def differences(model, other) -> list[str]:
         def value(layer, k: str):  # expert_hidden=None means d_ff: compare the width the experts have
             return layer.experts.w_out.shape[-1] if k == "expert_hidden" else vars(layer.moe)[k]
 
-        mine, theirs = model.decoder.layers[0].ffn, other.decoder.layers[0].ffn
+        first = lambda m: next(b.ffn for b in m.decoder.layers if isinstance(b.ffn, MixtureOfExperts))  # noqa: E731 - every_n > 1: dense ones first
+        mine, theirs = first(model), first(other)
         diffs += [f"model.moe.{k}={value(theirs, k)}" for k in MOE_FUNCTION if value(mine, k) != value(theirs, k)]
     return diffs
 
@@ -195,11 +183,7 @@ def init_from(model, path: str, meta: dict) -> None:
     imported = load(path)
     kind = kind_of(model)
     if kind_of(imported.model) not in STARTS[kind]:
-        starts = "; ".join(", ".join(f.hf_class for f in FAMILIES if f.kind in kinds) + f" -> the {what}"
-                           for what, kinds in (("LM", STARTS["lm"]), ("classifier", STARTS["encoder"]),
-                                               ("translator", STARTS["seq2seq"])))
-        raise LabError(f"model.init_from={path} is a {imported.hf_class}, which a {type(model).__name__} cannot start "
-                       f"from; {starts}")
+        raise refuse_kind(path, imported.hf_class, type(model).__name__)
     keys = set(((meta or {}).get("config") or {}).get("model") or {}) or None
     hints = [as_typed(h, keys) for h in differences(model, imported.model)]
     if hints:
