@@ -127,7 +127,8 @@ def fold(state: dict) -> dict:
         log.info("token type embeddings: type 0 folded into the positions; %d row(s) for other types dropped "
                  "(lab's encoders read one segment)", len(rows) - 1)
     # the two tensors replaced, the others read from the file as they are asked for
-    return ChainMap({positions: state[positions] + rows[0], types: torch.zeros_like(rows[:1])}, state)
+    # added in float32 (a bf16 file's sum rounded once, where the model's dtype asks)
+    return ChainMap({positions: state[positions].float() + rows[0].float(), types: torch.zeros_like(rows[:1])}, state)
 
 
 def encoder_arch(config: dict, state: dict) -> dict:

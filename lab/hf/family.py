@@ -1,6 +1,6 @@
 """What a Hugging Face family is to lab (docs/hf_families.md): one transformers class, the kind of lab model it
 holds, and the two mappings between them. Export writes `to_hf`'s config.json and tensors; import reads config.json
-through `config_from_hf` and the tensors through `to_hf` run backwards (lab.hf.importing.load_state), so the weight
+through `config_from_hf` and the tensors through `to_hf` run backwards (lab.hf.mapping), so the weight
 mapping is written once and a round trip lab -> HF -> lab is bit-exact by construction. Also here: what the
 families' mappings share (reading a config.json setting lab can reproduce, a bias lab may lack)."""
 from __future__ import annotations

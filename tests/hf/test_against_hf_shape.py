@@ -218,3 +218,33 @@ def test_an_override_that_contradicts_the_directory_is_one_error_naming_both(com
 def test_given_keys_are_the_command_lines_model_keys():
     assert given_keys(["+experiment=x", "model.d_model=3", "+model.norm_eps=1", "++model.moe.top_k=2", "data.x=1",
                        "~model.bias"]) == {"d_model", "norm_eps", "moe.top_k", "bias"}
+
+
+@pytest.mark.slow  # lab.train and lab.export in subprocesses
+def test_docs_continue_pretraining_a_llama_then_export(bpe, tmp_path):
+    """docs/export.md's walkthrough as typed (a tiny Llama directory for hf/llama, a text file for notes/*.txt):
+    the directory decides the shape, every tensor is loaded, and the export loads in transformers with the
+    checkpoint's logits."""
+    from conftest import run_dirs, run_module, train
+
+    from lab.checkpoints.reading import load_model
+
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=bpe.vocab_size, **SMALL, num_key_value_heads=2))
+    llama = _save(_randomised(hf), bpe, tmp_path / "llama")
+    (tmp_path / "notes.txt").write_text((TEXT + "\n") * 200)
+    train(["+experiment=gpt_small", "data=text_files", f"data.corpus.train_files=[{tmp_path / 'notes.txt'}]",
+           f"model.init_from={llama}", f"data.tokenizer_from={llama}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+           "data.eval_batches=1", "test=false", "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path / "runs")
+    (run,) = run_dirs(tmp_path / "runs")
+    log = (run / "train.log").read_text()
+    assert f"model.init_from={llama} (LlamaForCausalLM) decides the model's shape: model.d_model=48" in log
+    assert f"init_from {llama} (LlamaForCausalLM): loaded " in log and "new (trained from init): -" in log
+    out = tmp_path / "exports" / "llama_notes"
+    result = run_module("lab.export", [f"ckpt_path={run}", f"out_dir={out}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    model, tok, _ = load_model(best)
+    ids = torch.tensor([tok.encode(TEXT)])
+    with torch.no_grad():
+        exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+        torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-4, rtol=0)
