@@ -6,6 +6,7 @@ from __future__ import annotations
 PIPELINES = "tests/hf/test_against_hf_pipelines.py"
 IMPORT = "tests/hf/test_against_hf_import.py"
 SHAPE = "tests/hf/test_against_hf_shape.py"
+SPM = "tests/hf/test_against_hf_spm_tokenizers.py"
 
 MUTANTS = [
     ("LM data ignores data.tokenizer_from (trains its own)", "lab/data/lm.py",
@@ -234,4 +235,23 @@ MUTANTS = [
     ("export writes float32 whatever the model's dtype", "lab/hf/exporting.py",
      "dtype = next(model.parameters()).dtype", "dtype = next(model.parameters()).float().dtype",
      [f"{IMPORT}::test_a_bf16_checkpoint_imports_in_bf16_and_exports_back_bit_exact"]),
+    # sentencepiece models as transformers reads them (lab/data/spm_files.py)
+    ("sentencepiece BPE merges ranked lowest score first", "lab/data/spm_files.py",
+     "ranked = sorted((-normal[t][0], normal[t][1], t[:k], t[k:])", "ranked = sorted((normal[t][0], normal[t][1], t[:k], t[k:])",
+     [f"{SPM}::test_against_hf_llama_sentencepiece_tokenizer"]),
+    ("Llama's sentencepiece: no \"▁\" before the text", "lab/data/spm_files.py",
+     'prepend_scheme="first", split=False', 'prepend_scheme="never", split=False',
+     [f"{SPM}::test_against_hf_llama_sentencepiece_tokenizer"]),
+    ("Llama's sentencepiece without byte fallback", "lab/data/spm_files.py",
+     "fuse_unk=True, byte_fallback=True", "fuse_unk=True, byte_fallback=False",
+     [f"{SPM}::test_against_hf_llama_sentencepiece_tokenizer"]),
+    ("T5's sentencepiece without the file's normaliser", "lab/data/spm_files.py",
+     "    if proto.normalizer_spec.precompiled_charsmap:\n", "    if False:\n",
+     [f"{SPM}::test_against_hf_t5_tokenizer"]),
+    ("T5's sentencepiece without the whitespace split", "lab/data/spm_files.py",
+     "pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),", "pre_tokenizers.Sequence([",
+     [f"{SPM}::test_against_hf_t5_tokenizer"]),
+    ("a Marian directory's error without its files and fix", "lab/hf/importing.py",
+     'if "tokenizer.json" in missing and (p / "source.spm").is_file():', "if False:",
+     [f"{SPM}::test_against_hf_marian_tokenizer"]),
 ]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from lab.data.spm_files import spm_file
 from lab.data.tokenizers import HFTokenizer, tokenizer_from_hf_dir
 from lab.errors import LabError
 from lab.hf.exporting import as_typed
@@ -25,7 +26,7 @@ from lab.nn.moe import MixtureOfExperts
 
 log = logging.getLogger("lab")
 
-FILES = "config.json, model.safetensors and tokenizer.json"
+FILES = "config.json, model.safetensors and tokenizer.json (or a sentencepiece tokenizer.model)"
 
 
 @dataclass
@@ -42,10 +43,14 @@ def read_dir(path: str | Path) -> tuple[Path, dict]:
     if not p.is_dir():
         raise LabError(f"{p} is not a directory; give a Hugging Face model directory with {FILES}")
     weights = "model.safetensors" if not (p / SHARDS).is_file() else SHARDS
-    missing = [f for f in ("config.json", weights, "tokenizer.json") if not (p / f).is_file()]
+    missing = [f for f in ("config.json", weights, "tokenizer.json") if not (p / f).is_file()
+               and not (f == "tokenizer.json" and spm_file(p))]
     if missing:
         hint = " (or model.safetensors.index.json and its shards; lab reads no pickled pytorch_model.bin: save the " \
                "model with save_pretrained(dir, safe_serialization=True))" if weights in missing else ""
+        if "tokenizer.json" in missing and (p / "source.spm").is_file():
+            hint += "; lab does not read Marian's source.spm/target.spm + vocab.json: give a tokenizer.json with the " \
+                    "same ids (vocab.json's)"
         raise LabError(f"{p} lacks {', '.join(missing)}; lab reads a Hugging Face directory with {FILES}{hint}")
     try:
         config = json.loads((p / "config.json").read_text())
