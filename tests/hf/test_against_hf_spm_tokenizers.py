@@ -61,3 +61,23 @@ def test_against_hf_marian_tokenizer(tmp_path):
         read_dir(d)
     (d / "source.spm").rename(d / "tokenizer.model")
     assert read_dir(d) == (d, {})
+
+
+def test_a_llama_directory_with_tokenizer_model_imports(tmp_path):
+    """A LlamaForCausalLM directory as Llama-2-era checkpoints ship it (tokenizer.model, no tokenizer.json):
+    lab's import reads both, and its logits on lab's ids are transformers'."""
+    import torch
+
+    from lab.hf.importing import load
+
+    d = tmp_path / "llama"
+    _train(d, "tokenizer.model", model_type="bpe", vocab_size=330, byte_fallback=True, unk_id=0, bos_id=1, eos_id=2)
+    torch.manual_seed(0)
+    theirs = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=330, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64)).eval()
+    theirs.save_pretrained(str(d))
+    imported = load(d)
+    ids = torch.tensor([imported.tokenizer.encode(CORPUS[:60])])
+    with torch.no_grad():
+        assert torch.allclose(imported.model(ids), theirs(ids).logits, atol=1e-4)
