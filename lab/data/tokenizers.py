@@ -78,7 +78,7 @@ class Rereadable:
 
 
 class HFTokenizer:
-    """A trained `tokenizers.Tokenizer` (byte-level BPE or WordPiece)."""
+    """A `tokenizers.Tokenizer`: trained (byte-level BPE or WordPiece) or a model directory's (any kind)."""
 
     def __init__(self, backend, kind: str, special_tokens: list[str]):
         self.backend, self.kind, self.special_tokens = backend, kind, list(special_tokens)
@@ -176,10 +176,14 @@ def tokenizer_from_json(data: str) -> Tok:
 def hf_tokenizer_key(directory: Path) -> str:
     """data.tokenizer_from's part of a datamodule's cache key: its tokenizer.json's bytes (not the directory's name),
     or one error line. from2: since a file's truncation and padding are ignored (HFTokenizer)."""
+    from lab.data.spm_files import spm_file  # noqa: PLC0415
+
     file = Path(directory) / "tokenizer.json"
     if not file.is_file():
-        raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json; give a Hugging Face model "
-                        "directory (config.json, model.safetensors, tokenizer.json)")
+        file = spm_file(directory) or file
+    if not file.is_file():
+        raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json (nor a sentencepiece tokenizer.model); "
+                        "give a Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
     return f"from2:{content_hash(file)}"
 
 
@@ -187,9 +191,13 @@ def tokenizer_from_hf_dir(path: Path) -> Tok:
     """A Hugging Face model directory's tokenizer.json as lab's tokenizer (lab.hf imports it with the
     model): the `tokenizers` object itself (lab adds no specials to a text's ids: the file's post-processor is
     not used), or, for a word-level vocabulary of single characters (lab's own character export), lab's
-    character tokenizer."""
+    character tokenizer. Without tokenizer.json, its sentencepiece model (lab.data.spm_files)."""
     from tokenizers import Tokenizer  # noqa: PLC0415
 
+    from lab.data.spm_files import spm_file, spm_tokenizer  # noqa: PLC0415
+
+    if not (Path(path) / "tokenizer.json").is_file() and (file := spm_file(path)) is not None:
+        return HFTokenizer(*spm_tokenizer(file))
     backend = Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
     d = json.loads(backend.to_str())
     specials = [t["content"] for t in sorted(d["added_tokens"], key=lambda t: t["id"]) if t["special"]]

@@ -3,6 +3,7 @@ transformers' BertForMaskedLM (the MLM) and BertForSequenceClassification (the c
 from __future__ import annotations
 
 import logging
+from collections import ChainMap
 
 import torch
 
@@ -118,16 +119,16 @@ def fold(state: dict) -> dict:
     added, so that row goes into the position table (one float addition per element) and the token-type table
     becomes the one row of zeros lab's export writes; rows for type ids > 0 (sentence pairs) are dropped, said
     in one line."""
-    state = dict(state)
     types = next((k for k in state if k.endswith("embeddings.token_type_embeddings.weight")), None)
-    if types is not None:
-        positions = types.replace("token_type_embeddings", "position_embeddings")
-        state[positions] = state[positions] + state[types][0]
-        if len(state[types]) > 1:
-            log.info("token type embeddings: type 0 folded into the positions; %d row(s) for other types dropped "
-                     "(lab's encoders read one segment)", len(state[types]) - 1)
-        state[types] = torch.zeros_like(state[types][:1])
-    return state
+    if types is None:
+        return state
+    positions, rows = types.replace("token_type_embeddings", "position_embeddings"), state[types]
+    if len(rows) > 1:
+        log.info("token type embeddings: type 0 folded into the positions; %d row(s) for other types dropped "
+                 "(lab's encoders read one segment)", len(rows) - 1)
+    # the two tensors replaced, the others read from the file as they are asked for
+    # added in float32 (a bf16 file's sum rounded once, where the model's dtype asks)
+    return ChainMap({positions: state[positions].float() + rows[0].float(), types: torch.zeros_like(rows[:1])}, state)
 
 
 def encoder_arch(config: dict, state: dict) -> dict:

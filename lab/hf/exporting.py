@@ -10,8 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from lab.checkpoints.reading import trained_length as from_config
 from lab.errors import LabError
 from lab.hf import tokenizer
@@ -104,14 +102,22 @@ def export(model, tok, meta: dict, out_dir: Path) -> Exported:
     model_keys = set((meta.get("config") or {}).get("model") or {}) or None
     family = pick_family(model, families(kind), model_keys)
     config, state = family.to_hf(model, meta)
-    config.update({"architectures": [family.hf_class], "torch_dtype": "float32", "vocab_size": tok.vocab_size,
+    dtype = next(model.parameters()).dtype  # the model's: a bf16 model is written in bf16
+    config.update({"architectures": [family.hf_class], "torch_dtype": str(dtype).removeprefix("torch."),
+                   "vocab_size": tok.vocab_size,
                    **{f"{k}_token_id": ids[k] for k in ("bos", "eos", "pad") if ids.get(k) is not None}})
     out_dir.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file  # noqa: PLC0415 - the export extra
 
-    # safetensors stores no shared storage: tied weights are written once per name, contiguous
-    save_file({k: v.detach().to(torch.float32).contiguous().clone() for k, v in state.items()},
-              str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    # written from the parameters' own memory: a copy only where the mapping makes one (a transposed or reordered
+    # weight, a constant zero of another dtype) and for a tied parameter's second name (safetensors refuses a
+    # tensor twice)
+    tensors, seen = {}, set()
+    for k, v in state.items():
+        v = v.detach().to(dtype).contiguous()
+        tensors[k] = v.clone() if (v.data_ptr(), v.numel()) in seen else v
+        seen.add((v.data_ptr(), v.numel()))
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     files = ["model.safetensors", "config.json"]
     length = trained_length(model, meta)

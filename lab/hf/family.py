@@ -1,12 +1,13 @@
 """What a Hugging Face family is to lab (docs/hf_families.md): one transformers class, the kind of lab model it
 holds, and the two mappings between them. Export writes `to_hf`'s config.json and tensors; import reads config.json
-through `config_from_hf` and the tensors through `to_hf` run backwards (lab.hf.importing.load_state), so the weight
+through `config_from_hf` and the tensors through `to_hf` run backwards (lab.hf.mapping), so the weight
 mapping is written once and a round trip lab -> HF -> lab is bit-exact by construction. Also here: what the
 families' mappings share (reading a config.json setting lab can reproduce, a bias lab may lack)."""
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -49,8 +50,10 @@ class Family(ABC):
         """config.json (and the file's tensors, where a setting shows only in them, e.g. all-zero biases) -> the
         lab model's arguments; one LabError where lab's layers cannot reproduce a setting."""
 
-    def fold(self, state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
-        """The file's tensors in the form `to_hf` writes, where the file may hold more (e.g. BERT's token types)."""
+    def fold(self, state: Mapping[str, torch.Tensor], config: dict) -> Mapping[str, torch.Tensor]:
+        """The file's tensors in the form `to_hf` writes, where the file may hold more (e.g. BERT's token types).
+        state reads each tensor when asked for it (lab.hf.weights.Weights): replace only what changes (a ChainMap
+        over state), so a large checkpoint is never held whole."""
         return state
 
 

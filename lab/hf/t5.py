@@ -10,6 +10,7 @@ flags from model.output_scale and needs model.tie_embeddings=true."""
 from __future__ import annotations
 
 import logging
+from collections import ChainMap
 
 import torch
 
@@ -115,12 +116,11 @@ def scales_output(config: dict) -> bool:
 def tie_output(state: dict) -> dict:
     """transformers 5 ties T5's output projection to the shared embedding whatever the file holds: so does lab (a
     file lm_head.weight that differs is replaced, said in one line)."""
-    state = dict(state)
-    if "lm_head.weight" in state and not torch.equal(state["lm_head.weight"], state["shared.weight"]):
+    shared = state["shared.weight"]
+    if "lm_head.weight" in state and not torch.equal(state["lm_head.weight"], shared):
         log.info("lm_head.weight differs from shared.weight; transformers ties T5's output projection to the shared "
                  "embedding, so lab does (1 tensor replaced)")
-    state["lm_head.weight"] = state["shared.weight"]
-    return state
+    return ChainMap({"lm_head.weight": shared}, state)  # the others read from the file as they are asked for
 
 
 def backbone_arch(config: dict, state: dict, scaled: bool) -> dict:

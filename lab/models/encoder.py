@@ -117,6 +117,9 @@ class MaskedLMConfig(TransformerConfig):
     """conf/model/encoder_mlm.yaml's schema: the architecture only."""
 
     _target_: str = "lab.models.encoder.MaskedLM"
+    init_from: str | None = None
+    """A Hugging Face BertForMaskedLM directory whose weights the task loads before training (continued
+    pretraining; stored on the model so the run's config records where the weights came from)."""
 
 
 class EncoderClassifier(LabModel):
@@ -209,10 +212,10 @@ class MLMHead(nn.Module):
 class MaskedLM(LabModel):
     """Encoder + MLM head; the head's output matrix is the token embedding when tie_embeddings (default)."""
 
-    def __init__(self, vocab_size: int, pad_id: int, mask_id: int, **arch):
+    def __init__(self, vocab_size: int, pad_id: int, mask_id: int, init_from: str | None = None, **arch):
         super().__init__()
         self.cfg = cfg = TransformerConfig.from_kwargs(**arch)
-        self.mask_id = mask_id
+        self.mask_id, self.init_from = mask_id, init_from
         self.encoder = Encoder(vocab_size, pad_id, cfg)
         self.mlm_head = MLMHead.for_model(cfg, vocab_size)
         init_weights(self, cfg.init_std, cfg.n_layers, embed_std=cfg.embed_init_std)

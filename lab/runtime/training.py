@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lab.checkpoints.reading import metadata_for
+from lab.hf.shape import decide as decide_shape
 from lab.models import build_model
 from lab.runtime.callbacks.throughput import Throughput
 from lab.runtime.cli.config_checks import check_config
@@ -38,6 +39,7 @@ def train(cfg: DictConfig) -> float | None:
     set_global_rank(cfg.trainer)  # before anything is printed or written: NODE_RANK / torchrun / SLURM launches
     apply_ladder(cfg)  # +ladder: the rung's shape and budget, before the checks read them
     check_config(cfg)  # types, ranges, unknown arguments, ??? values: one line each, before anything heavy
+    decide_shape(cfg.model)  # model.init_from=<Hugging Face directory>: its config.json's settings
     check_trainer(cfg)
     decide_wandb(cfg)  # W&B reachable? key valid? before any data is fetched; rank 0 only
     with RunDir.claim(cfg) as run_dir:  # locked for this process; ckpt_path=auto: the earlier run and its checkpoint

@@ -387,7 +387,7 @@ def test_a_bias_where_lab_has_none_is_refused(bpe, tmp_path):
     hf = _randomised(transformers.MarianMTModel(config))
     with torch.no_grad():
         hf.final_logits_bias[0, 5] = 1.0  # a buffer lab has no place for (zero in Marian's own checkpoints)
-    with pytest.raises(LabError, match="final_logits_bias hold non-zero values where lab's model has no parameter"):
+    with pytest.raises(LabError, match="final_logits_bias holds non-zero values where lab's model has no parameter"):
         load(_save(hf, tok, tmp_path / "marian"))
     qwen3 = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(  # q/k/v/o biases, none in the MLP
         vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
@@ -462,14 +462,13 @@ def test_init_from_a_qwen3_names_overrides_that_work_pasted(bpe, tmp_path):
 
 @pytest.mark.slow  # a training run (lab.train in a subprocess)
 def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
-    """model.init_from=<BERT dir> through lab.train, the overrides as the refusal names them: the encoder is
-    loaded (the directory's tokenizer reads the data), the pooler and head for the data's labels are new."""
+    """model.init_from=<BERT dir> through lab.train, the shape from its config.json (no model.* override): the
+    encoder is loaded (the directory's tokenizer reads the data), the pooler and head for the data's labels are new."""
     from conftest import run_dirs, train
 
     bert, _ = small_bert
-    train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.d_model=32",
-           "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=32", "model.norm_placement=post",
-           "model.embed_norm=true", "model.ffn=gelu_erf", "+model.norm_eps=1e-12", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
+    train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.pooling=bert",
+           "data.batch_size=16", "data.max_length=32",
            "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
            "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
     (run,) = run_dirs(tmp_path)
@@ -648,3 +647,58 @@ def test_the_exact_gelu_is_for_dense_ffns_only():
     TransformerConfig(ffn="gelu_erf")
     with pytest.raises(ConfigError, match="model.ffn=gelu_erf is for dense FFNs"):
         TransformerConfig(ffn="gelu_erf", moe={"num_experts": 4})
+
+
+# ---------------------------------------------------------------------------------------------- memory and dtype
+
+
+def test_a_bf16_checkpoint_imports_in_bf16_and_exports_back_bit_exact(bpe, tmp_path):
+    """The checkpoint's dtype unless asked: a bf16 Llama comes in as bf16 parameters and goes out as the same bf16
+    file, tensor for tensor; asked for float32, its logits are transformers' in float32."""
+    from safetensors.torch import load_file
+
+    hf = _randomised(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, max_position_embeddings=64))).to(torch.bfloat16)
+    out = _save(hf, bpe, tmp_path / "bf16", shard="20KB")
+    imported = load(out)
+    assert {p.dtype for p in imported.model.parameters()} == {torch.bfloat16}
+    export(imported.model, imported.tokenizer, {}, tmp_path / "back")
+    back = load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert back.keys() == hf.state_dict().keys()
+    assert [k for k, v in hf.state_dict().items() if not (back[k].dtype == v.dtype and torch.equal(back[k], v))] == []
+    ids = torch.randint(0, bpe.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        # transformers' own fp32 model of the file (hf.float() keeps the rotary frequencies it rounded to bf16)
+        theirs = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+        torch.testing.assert_close(load(out, torch.float32).model(ids), theirs(ids).logits, atol=1e-4, rtol=0)
+
+
+def test_the_mapping_is_traced_by_number_only_where_it_reorders(bpe):
+    """No numbered copy of the model: a Llama's tensors are views of its parameters (their strides and offsets)
+    except the rotary-reordered query and key rows, traced one parameter at a time."""
+    from lab.hf.importing import skeleton
+    from lab.hf.llama import Llama
+    from lab.hf.mapping import trace
+
+    config = transformers.LlamaConfig(vocab_size=bpe.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=48).to_dict()
+    model = skeleton(Llama(), config, {}, bpe)
+    assert all(p.is_meta for p in model.parameters())
+    plan = trace(model, Llama())
+    assert sorted(k for k, s in plan.sources.items() if s.numbered) == \
+        [f"model.layers.{i}.self_attn.{n}_proj.weight" for i in range(2) for n in "kq"]
+
+
+def test_two_different_copies_of_a_tied_parameter_are_refused(bpe, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    hf = _randomised(transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=bpe.vocab_size, n_embd=32, n_layer=1,
+                                                                          n_head=4, n_positions=64)))
+    out = _save(hf, bpe, tmp_path)
+    state = load_file(str(out / "model.safetensors"))
+    state["lm_head.weight"] = state["transformer.wte.weight"] + 1.0
+    save_file(state, str(out / "model.safetensors"))
+    with pytest.raises(LabError, match="lm_head.weight differs from another tensor lab keeps as one parameter"):
+        load(out)
