@@ -1,11 +1,14 @@
 """One-line bugs in the held-out splits of text files (lab.data.corpora: the caps, `spread`, the share warning;
 lab.data.sources.stream: cuts at line ends; lab.data.shards: the tokenizer sample of a spread plan) that
-tests/data/test_held_out.py must kill, for the mutation script (tests/mutants.py)."""
+tests/data/test_held_out.py must kill, and in the choice of a sweep's best runs for their test pass
+(lab.runtime.inference.evaluation.best_runs: tests/runtime/inference/test_best_runs.py), for the mutation
+script (tests/mutants.py)."""
 from __future__ import annotations
 
 from mutants_moe import Mutant
 
 T = "tests/data/test_held_out.py"
+BEST = "tests/runtime/inference/test_best_runs.py::test_each_variant_is_its_run_with_the_lowest_val_loss"
 
 MUTANTS = [
     Mutant("held out: one stratum too few", "lab/data/corpora.py",
@@ -41,4 +44,10 @@ MUTANTS = [
     Mutant("held out: a cache from before the caps is named when there is none", "lab/data/lm.py",
            "(self._prepared_dir(old)[0] / MANIFEST).exists():", "True:",
            [f"{T}::test_a_cache_prepared_before_the_caps_is_named_when_the_capped_split_is_prepared"]),
+    Mutant("best run: a run is judged by its last validation", "lab/runtime/inference/evaluation.py",
+           'value = min(values) if mode == "min" else max(values)', "value = values[-1]", [BEST]),
+    Mutant("best run: each seed is a variant", "lab/runtime/inference/evaluation.py",
+           'startswith(("seed=", "hydra."))', 'startswith(("hydra.",))', [BEST]),
+    Mutant("best run: the worst run of a variant is tested", "lab/runtime/inference/evaluation.py",
+           '(value < best[variant][1] if mode == "min"', '(value > best[variant][1] if mode == "min"', [BEST]),
 ]
