@@ -50,4 +50,7 @@ MUTANTS = [
            'startswith(("seed=", "hydra."))', 'startswith(("hydra.",))', [BEST]),
     Mutant("best run: the worst run of a variant is tested", "lab/runtime/inference/evaluation.py",
            '(value < best[variant][1] if mode == "min"', '(value > best[variant][1] if mode == "min"', [BEST]),
+    Mutant("best run: a variant is named by the overrides every run shares too", "lab/runtime/inference/evaluation.py",
+           'variant = " ".join(o for o in overrides[run] if o not in shared)', 'variant = " ".join(overrides[run])',
+           [BEST]),
 ]

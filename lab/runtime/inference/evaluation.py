@@ -129,7 +129,7 @@ BEST_RUNS_FILE = "test_of_best_runs.json"
 
 def best_runs(sweep_dir: Path, metric: str, mode: str) -> tuple[list[tuple[str, Path, float]], list[str]]:
     """The runs of a sweep (or ladder) directory, grouped into variants by their command-line overrides
-    (.hydra/overrides.yaml) without seed=; per variant the run whose best `metric` in csv/metrics.csv is lowest
+    (.hydra/overrides.yaml) without seed=, named by those not every run shares; per variant the run whose best `metric` in csv/metrics.csv is lowest
     (mode=min) or highest (max). -> ([(variant, run directory, its best value)], a line per run left out)."""
     import csv  # noqa: PLC0415
 
@@ -139,12 +139,12 @@ def best_runs(sweep_dir: Path, metric: str, mode: str) -> tuple[list[tuple[str, 
         raise LabError(f"sweep_dir={sweep_dir} is not a directory; give a sweep's directory (hydra.sweep.dir)")
     best: dict[str, tuple[Path, float]] = {}
     left_out = []
-    for config in sorted(sweep_dir.rglob("config.yaml")):
-        run = config.parent
-        if ".hydra" in run.parts:
-            continue
-        overrides = OmegaConf.load(run / ".hydra" / "overrides.yaml") if (run / ".hydra" / "overrides.yaml").exists() else []
-        variant = " ".join(o for o in overrides if not str(o).startswith(("seed=", "hydra.")))
+    runs = [c.parent for c in sorted(sweep_dir.rglob("config.yaml")) if ".hydra" not in c.parent.parts]
+    overrides = {run: [str(o) for o in OmegaConf.load(run / ".hydra" / "overrides.yaml") if not str(o).startswith(
+        ("seed=", "hydra."))] if (run / ".hydra" / "overrides.yaml").exists() else [] for run in runs}
+    shared = set.intersection(*(set(o) for o in overrides.values())) if runs else set()
+    for run in runs:
+        variant = " ".join(o for o in overrides[run] if o not in shared)  # what this variant's runs set differently
         values = []
         if (run / "csv" / "metrics.csv").exists():
             with open(run / "csv" / "metrics.csv") as f:

@@ -27,19 +27,20 @@ def job(sweep: Path, n: int, overrides: list[str], val_losses: list[float | None
 
 
 def sweep_of_two_variants(tmp_path: Path) -> tuple[Path, dict[int, Path]]:
-    """lr=1e-3 (seeds 1, 2) and lr=3e-3 (seeds 1, 2): by the lowest val/loss each reached, seed 2 of lr=1e-3
-    (2.0 at its second validation, though its last is 2.6) and seed 1 of lr=3e-3 (1.9); job 4 never validated."""
+    """lr=1e-3 (seeds 1, 2) and lr=3e-3 (seeds 1, 2), all with trainer.max_steps=4 (so it names no variant):
+    by the lowest val/loss each reached, seed 2 of lr=1e-3 (2.0 at its second validation, though its last is
+    2.6) and seed 1 of lr=3e-3 (1.9); job 4 never validated."""
     sweep = tmp_path / "sweep"
-    runs = {0: job(sweep, 0, ["lr=1e-3", "seed=1"], [None, 2.4, 2.2]),
-            1: job(sweep, 1, ["lr=1e-3", "seed=2"], [None, 2.0, 2.6]),
-            2: job(sweep, 2, ["lr=3e-3", "seed=1"], [None, 1.9, 2.1]),
-            3: job(sweep, 3, ["lr=3e-3", "seed=2"], [None, 2.5, 2.3]),
-            4: job(sweep, 4, ["lr=3e-3", "seed=3"], [None, None])}
+    runs = {0: job(sweep, 0, ["trainer.max_steps=4", "lr=1e-3", "seed=1"], [None, 2.4, 2.2]),
+            1: job(sweep, 1, ["trainer.max_steps=4", "lr=1e-3", "seed=2"], [None, 2.0, 2.6]),
+            2: job(sweep, 2, ["trainer.max_steps=4", "lr=3e-3", "seed=1"], [None, 1.9, 2.1]),
+            3: job(sweep, 3, ["trainer.max_steps=4", "lr=3e-3", "seed=2"], [None, 2.5, 2.3]),
+            4: job(sweep, 4, ["trainer.max_steps=4", "lr=3e-3", "seed=3"], [None, None])}
     return sweep, runs
 
 
 def test_each_variant_is_its_run_with_the_lowest_val_loss(tmp_path):
-    """Catches seeds counted as variants, a run judged by its last value instead of its best, the highest taken."""
+    """Catches seeds counted as variants, a variant named by what all runs share, a run judged by its last value instead of its best, the highest taken."""
     sweep, runs = sweep_of_two_variants(tmp_path)
     chosen, left_out = evaluation.best_runs(sweep, "val/loss", "min")
     assert sorted(chosen) == [("lr=1e-3", runs[1], 2.0), ("lr=3e-3", runs[2], 1.9)]
