@@ -1,4 +1,5 @@
-"""Re-run the test evaluation of a checkpoint (any task): python -m lab.eval ckpt_path=<run dir or .ckpt>"""
+"""Re-run the test evaluation of a checkpoint (any task): python -m lab.eval ckpt_path=<run dir or .ckpt>; or of
+each variant's best run of a sweep: python -m lab.eval sweep_dir=<sweep dir> [metric=val/loss mode=min]"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,6 +22,11 @@ def main(cfg: DictConfig) -> None:
 
     quiet_warnings()
     check_settings(cfg)
+    if cfg.get("sweep_dir"):  # each variant's best run of a sweep, instead of one checkpoint
+        from lab.runtime.inference.evaluation import evaluate_sweep  # noqa: PLC0415
+
+        evaluate_sweep(cfg)
+        return
     with open_dict(cfg):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run directory: its best, else last checkpoint
         if cfg.get("compare_to"):

@@ -36,11 +36,22 @@ class TextFilesConfig:
     train_files: Any = MISSING
     """a path or glob, or a list of them."""
     val_files: Any = None
-    """the same; None: the last val_fraction of each file's bytes (before the test tail)"""
+    """the same; None: val_fraction of the training files' bytes, at most val_max_mb"""
     val_fraction: float = 0.1
+    """within val_max_mb: the last val_fraction of each file's bytes (before the test tail)"""
     test_files: Any = None
-    """the same; None: the last test_fraction of each file's bytes (0: no test split)"""
+    """the same; None: test_fraction of the training files' bytes, at most test_max_mb (0: no test split)"""
     test_fraction: float = 0.0
+    """within test_max_mb: the last test_fraction of each file's bytes"""
+    val_max_mb: float | None = 4
+    """cap on the validation text drawn from the training files, in MB of the files as stored (known before
+    tokenizing: a token cap would need the tokenizer, which is trained on the split's training text). Over
+    a cap, each held-out split is its capped size, in stretches of whole lines or records spread over the files;
+    null: no cap"""
+    test_max_mb: float | None = 4
+    """the same for the test text, which the end-of-run test pass scores whole: 4 MB takes minutes on a CPU"""
+    split_seed: int = 0
+    """seeds where the capped held-out stretches lie (another seed: other text held out)"""
     encoding: str = "utf-8"
     """any Python codec: latin-1, cp1252, utf-16, ...; a file that is not valid is an error."""
     encoding_errors: str = "strict"
@@ -254,4 +265,6 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("data.eval_batches", lambda v: v is None or v >= 1, "an integer >= 1 or null"),
     ("data.num_workers", lambda v: v >= 0, "an integer >= 0"),
     ("data.mask_prob", lambda v: 0 < v < 1, "a number in (0, 1)"),
+    ("data.corpus.val_max_mb", lambda v: v is None or v > 0, "a positive number of MB or null (no cap)"),
+    ("data.corpus.test_max_mb", lambda v: v is None or v > 0, "a positive number of MB or null (no cap)"),
 ]

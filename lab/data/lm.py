@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
+from lab.data.corpora import held_out_lines
 from lab.data.datamodule import LabDataModule
 from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
 from lab.data.sources.reading import DataReport
@@ -100,8 +101,8 @@ class LMDataModule(LabDataModule):
         self.shard_bytes = shard_bytes(shard_mb)
         self._dir: Path | None = None
 
-    def _prepared_dir(self) -> tuple[Path, list]:
-        files = self.corpus.files(self.cache_dir)
+    def _prepared_dir(self, files: list | None = None) -> tuple[Path, list]:
+        files = self.corpus.files(self.cache_dir) if files is None else files
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes
         key = f"{self.corpus.key(files, self.verify)}|{training_key(self.tokenizer_kind)}|{self.vocab_size_setting}|{sample}"
         if self.tokenizer_from is not None:
@@ -111,6 +112,11 @@ class LMDataModule(LabDataModule):
 
     def prepare_data(self) -> None:
         out, files = self._prepared_dir()
+        old = self.corpus.before_caps
+        if old is not None and not (out / MANIFEST).exists() and (self._prepared_dir(old)[0] / MANIFEST).exists():
+            log.info("data: the held-out splits are capped now (data.corpus.val_max_mb / test_max_mb), so the cache %s "
+                     "(held-out file tails) is not used: preparing once with the caps (null: no cap, that cache)",
+                     self._prepared_dir(old)[0])
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes  # a sampled char set would drop text
 
         def make_tokenizer(path: Path):
@@ -128,6 +134,7 @@ class LMDataModule(LabDataModule):
         if self.tokenizer_from is not None:
             settings = {"tokenizer_from": str(self.tokenizer_from)}
         settings["shard_bytes"] = self.shard_bytes
+        settings["held_out"] = self.corpus.held_out
         prepare(out, files, make_tokenizer, partial(TokenShard, eos_token=EOS), settings, self.shard_bytes)
 
     def setup(self, stage: str | None = None) -> None:
@@ -150,8 +157,14 @@ class LMDataModule(LabDataModule):
                 raise DataError(f"the {split} split{f' ({names})' if names else ''} is {facts['tokens']} tokens, too "
                                 f"few for windows of data.block_size={self.block_size}; {fix}")
         self.report = {**report.to_dict(), "prepared": str(out), "manifest": {s: {k: v for k, v in f.items() if k != "names"}
-                                                                               for s, f in splits.items()}}
+                                                                               for s, f in splits.items()},
+                       "held_out": self.corpus.held_out}
         report.log()
+        said, warnings = held_out_lines(self.corpus.held_out, splits)
+        for line in said:
+            log.info("%s", line)
+        for line in warnings:
+            log.warning("%s", line)
         log.info("data: val/* is an estimate from %d sampled windows (data.eval_batches x batch_size); test/* scores "
                  "every token of the %s split once (windows of %d, stride %d)", self.eval_batches * self.batch_size,
                  "test" if "test" in splits else "val (no test split: set data.corpus.test_fraction or test_files)",

@@ -65,19 +65,20 @@ def shard_bytes(shard_mb: float) -> int:
 
 def tokenizer_sample(files: list[FilePlan], budget: int | None) -> Iterator[str]:
     """The text a BPE / WordPiece tokenizer is trained on: the first budget / len(train files) bytes of every
-    file's training part (all of it when budget is None or the training text is smaller), in file order, cut
-    at safe places. Deterministic, so the tokenizer of a corpus is the same on every machine."""
+    file's training parts (all of them when budget is None or the training text is smaller), in file order,
+    cut at safe places. Deterministic, so the tokenizer of a corpus is the same on every machine."""
     train = [f for f in files if "train" in f.splits]
     share = None if budget is None else max(1, budget // max(1, len(train)))
     for f in train:
-        end = f.cuts[0] if f.splits[0] == "train" and f.cuts else None
-        if share is not None:
-            end = share if end is None else min(end, share)
+        cuts, keep = f.sample_parts(share)
         carry = ""
-        for part, text in documents_of(f, DataReport(), (end,) if end is not None else ()):
-            if part:
+        for part, text in documents_of(f, DataReport(), cuts):
+            if not any(keep[part:]):
                 break
-            pieces, carry = safe_cuts(carry + text, PIECE) if text is not None else ([carry], "")
+            if not keep[part]:
+                pieces, carry = [carry], ""  # a held-out stretch ends the training text before it
+            else:
+                pieces, carry = safe_cuts(carry + text, PIECE) if text is not None else ([carry], "")
             yield from (normalize_document(p) for p in pieces if p)
         if carry:
             yield normalize_document(carry)

@@ -98,17 +98,18 @@ def decompressed_size(path: Path) -> int:
 
 
 def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cuts: tuple[int, ...] = (),
-                chunk: int | None = None) -> Iterator[tuple[int, str]]:
+                chunk: int | None = None, at_lines: bool = False) -> Iterator[tuple[int, str]]:
     """-> (part, text) in file order; part i is the text of the raw file's bytes [cuts[i-1], cuts[i]); of a
     compressed file, the same fractions of its decompressed bytes (found by a first pass that only
-    decompresses, ~100x faster than tokenizing), so a small .gz has held-out parts too. Facts and events go to
-    report as decode() puts them."""
+    decompresses, ~100x faster than tokenizing), so a small .gz has held-out parts too. at_lines: each cut moves on
+    to the end of the line it falls in (just after the first newline at or after it), which goes to the part
+    before the cut: parts of whole lines (not for UTF-16/32, whose newline is not one byte). Facts and events go to report as decode() puts them."""
     wide = codecs.lookup(fmt.encoding).name.startswith(("utf-16", "utf-32"))  # where NUL bytes are text
     errors = "strict" if fmt.encoding_errors == "strict" else "replace"
     dec = codecs.getincrementaldecoder(fmt.encoding)(errors=errors)
     ignoring = codecs.getincrementaldecoder(fmt.encoding)(errors="ignore") if errors == "replace" else None
     fed = replaced = crlf = cr = control = chars = lines = 0
-    bom, pending, part, tail = False, "", 0, ""
+    bom, pending, part, tail, snapped = False, "", 0, "", 0
 
     def count_not_nfc(text: str) -> None:
         """Lines not in Unicode NFC, noted as decode() notes them; a line cut by the chunk is checked with the
@@ -172,8 +173,15 @@ def stream_text(path: Path, fmt: FileFormat, split: str, report: DataReport, cut
                                 "text; give the text file")
             fed += len(data)
             while part < len(cuts) and fed > cuts[part]:  # split this chunk at the cut
-                at = fed - len(data)
-                head, data = data[: cuts[part] - at], data[cuts[part] - at :]
+                at, cut = fed - len(data), cuts[part] - (fed - len(data))
+                if at_lines and not wide and cuts[part] < snapped:  # its line ended at the previous cut: an empty part
+                    cut = 0
+                elif at_lines and not wide:  # (a cut whose line ends in a later chunk waits for it: cut < 0 there)
+                    cut = data.find(b"\n", max(cut, 0)) + 1
+                    if not cut:
+                        break
+                    snapped = at + cut
+                head, data = data[:cut], data[cut:]
                 yield part, text_of(head, at, False) if head else ""
                 part += 1
             yield part, text_of(data, fed - len(data), False)
@@ -246,7 +254,7 @@ def documents_of(plan, report: DataReport, cuts: tuple[int, ...]) -> Iterator[tu
     if plan.path.suffix in TABLES:
         yield from table_rows(plan, report, cuts)
         return
-    chunks = stream_text(plan.path, plan.fmt, plan.field, report, cuts)
+    chunks = stream_text(plan.path, plan.fmt, plan.field, report, cuts, at_lines=plan.lines)
     if plan.text_field is None:
         yield from chunks
         return

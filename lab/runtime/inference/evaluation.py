@@ -119,3 +119,63 @@ def compare(task, this: str, other: str, cfg: DictConfig, samples: int = 1000) -
                      f"{system.score:.2f} (mean {system.mean:.2f} ± {system.ci:.2f}), p = {system.p_value:.4f}")
     lines += [f"  {name}|{signature}" for name, signature in signatures.items()]
     return "\n".join(lines)
+
+
+BEST_RUNS_FILE = "test_of_best_runs.json"
+
+
+def best_runs(sweep_dir: Path, metric: str, mode: str) -> tuple[list[tuple[str, Path, float]], list[str]]:
+    """The runs of a sweep (or ladder) directory, grouped into variants by their command-line overrides
+    (.hydra/overrides.yaml) without seed=, named by those not every run shares; per variant the run whose best `metric` in csv/metrics.csv is lowest
+    (mode=min) or highest (max). -> ([(variant, run directory, its best value)], a line per run left out)."""
+    import csv  # noqa: PLC0415
+
+    if mode not in ("min", "max"):
+        raise LabError(f"mode={mode!r}: choose min (a loss) or max (an accuracy, BLEU)")
+    if not sweep_dir.is_dir():
+        raise LabError(f"sweep_dir={sweep_dir} is not a directory; give a sweep's directory (hydra.sweep.dir)")
+    best: dict[str, tuple[Path, float]] = {}
+    left_out = []
+    runs = [c.parent for c in sorted(sweep_dir.rglob("config.yaml")) if ".hydra" not in c.parent.parts]
+    overrides = {run: [str(o) for o in OmegaConf.load(run / ".hydra" / "overrides.yaml") if not str(o).startswith(
+        ("seed=", "hydra."))] if (run / ".hydra" / "overrides.yaml").exists() else [] for run in runs}
+    shared = set.intersection(*(set(o) for o in overrides.values())) if runs else set()
+    for run in runs:
+        variant = " ".join(o for o in overrides[run] if o not in shared)  # what this variant's runs set differently
+        values = []
+        if (run / "csv" / "metrics.csv").exists():
+            with open(run / "csv" / "metrics.csv") as f:
+                values = [float(r[metric]) for r in csv.DictReader(f) if r.get(metric)]
+        if not values:
+            left_out.append(f"{run}: no {metric} in its csv/metrics.csv (a run that never validated); left out")
+            continue
+        value = min(values) if mode == "min" else max(values)
+        if variant not in best or (value < best[variant][1] if mode == "min" else value > best[variant][1]):
+            best[variant] = (run, value)
+    if not best:
+        raise LabError(f"sweep_dir={sweep_dir} holds no run with {metric} in its metrics; give a sweep's directory "
+                       "(each job's run directory under it)")
+    return [(v, run, value) for v, (run, value) in best.items()], left_out
+
+
+def evaluate_sweep(cfg: DictConfig) -> list[dict]:
+    """The test pass of each variant's best run of a sweep (best_runs): printed, and written to
+    <sweep_dir>/test_of_best_runs.json. What `test=false` in a sweep's jobs leaves for later."""
+    import json  # noqa: PLC0415
+
+    from lab.checkpoints.reading import resolve_checkpoint  # noqa: PLC0415
+
+    sweep_dir = Path(str(cfg.sweep_dir)).expanduser()
+    chosen, left_out = best_runs(sweep_dir, str(cfg.metric), str(cfg.mode))
+    for line in left_out:
+        print(line)
+    print(f"testing the best run of each of {len(chosen)} variant(s) of {sweep_dir} by {cfg.metric} ({cfg.mode})")
+    results = []
+    for variant, run, value in chosen:
+        print(f"{variant or '(one variant)'}: {run} ({cfg.metric} {value:.4f})")
+        metrics, _ = _test(str(resolve_checkpoint(run)), cfg)
+        results.append({"variant": variant, "run": str(run), cfg.metric: value, **metrics})
+        print("  " + ", ".join(f"{k}: {v:.4f}" for k, v in sorted(metrics.items())))
+    (sweep_dir / BEST_RUNS_FILE).write_text(json.dumps(results, indent=1))
+    print(f"wrote {sweep_dir / BEST_RUNS_FILE}")
+    return results
