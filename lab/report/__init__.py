@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.report import charts, tables
-from lab.report.runs import Run, Skipped, common_parent, find_runs, load_run
+from lab.report.runs import DEAD, Run, Skipped, common_parent, find_runs, load_run
 from lab.report.stats import is_moe
 from lab.report.variants import (
     BUDGETS,
@@ -22,7 +22,9 @@ from lab.report.variants import (
     group_variants,
     ignored_note,
     metric_columns,
+    read_steps,
     sort_variants,
+    steps_text,
 )
 
 
@@ -79,21 +81,37 @@ def pick_baseline(variants: list[Variant], baseline: str | None) -> Variant:
 
 
 def pick_budget(runs: list[Run], metric: str, budget: str, which: str) -> tuple[Budget, str]:
-    """-> (the budget every run is read at, the sentence that says so)."""
+    """-> (the budget every run is read at, the sentence that says so: the step the values were actually read
+    at, which runs stopped for good before it and are not compared, and which diverged)."""
     value = "best value up to then" if which == "best" else "last logged value"
     if budget == "finished":
         return Budget(None, which), f"Finished runs only, each at its end ({value.replace(' up to then', '')})."
     step = common_step(runs, metric)
     if step is None:
         return Budget(None, which), "No run logged the metric yet."
-    reached = [r.last_step for r in runs if r.series(metric)[1] and r.last_step is not None]
-    if len(set(reached)) == 1:
-        return Budget(step, which), f"Every run reached step {step:,.0f}; each run's {value} at that step is compared."
-    short = sum(s < max(reached) for s in reached)
-    return Budget(step, which), (
-        f"Compared at step {step:,.0f}, the largest step every run with a value reached: {short} of {len(reached)} "
-        f"runs stopped before the furthest (step {max(reached):,.0f}); each run's {value} at step {step:,.0f} is "
-        "compared. For finished runs only, at their end: --budget finished.")
+    at = Budget(step, which)
+    read = read_steps(runs, metric, at)
+    read_at = f"{metric} read at {steps_text(read)}" if read and set(read) != {step} else ""
+    logged = [r for r in runs if r.series(metric)[1] and r.last_step is not None]
+    dead = [r for r in logged if r.status in DEAD and r.diverged_at is None and r.last_step < step]
+    diverged = [r for r in runs if r.diverged_at is not None and r.diverged_at <= step]
+    going = [r.last_step for r in logged if r not in dead]
+    if len(set(going)) == 1:
+        note = f"Every run{' still going or finished' if dead else ''} reached step {step:,.0f}; each run's {value} at that step is compared" + (
+            f" ({read_at})." if read_at else ".")
+    else:
+        short = sum(s < max(going) for s in going)
+        note = (f"Compared at step {step:,.0f}, the largest step every run with a value reached: {short} of "
+                f"{len(going)} runs stopped before the furthest (step {max(going):,.0f}); each run's {value} at step "
+                f"{step:,.0f} is compared{f' ({read_at})' if read_at else ''}. For finished runs only, at their end: "
+                "--budget finished.")
+    if dead:
+        note += (f" Not compared, stopped for good before step {step:,.0f}: "
+                 + "; ".join(f"{r.name} ({r.status} at step {r.last_step:,})" for r in dead) + ".")
+    if diverged:
+        note += " Diverged (NaN or infinite loss), counted in their variant's n, with no finite value: " + "; ".join(
+            f"{r.name} at step {r.diverged_at:,}" for r in diverged) + "."
+    return at, note
 
 
 def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None, budget: str = "common",

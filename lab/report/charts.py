@@ -2,6 +2,7 @@
 Pareto front, and MoE expert load over steps. Each returns (title, figure); the HTML renderer inlines them."""
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -39,14 +40,22 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[float | None], list[int]]:
-    """(steps, mean over the seeds that logged each step, std or None, how many seeds that is) for one variant."""
+    """(steps, mean over the seeds that logged each step, std or None, how many seeds that is) for one variant;
+    a diverged run's NaN/inf values are left out (its curve ends where it diverged; curves() marks the step)."""
     by_step: dict[float, list[float]] = defaultdict(list)
     for r in v.runs:
         for s, y in zip(*r.series(column)):
-            by_step[s].append(y)
+            if math.isfinite(y):
+                by_step[s].append(y)
     steps = sorted(by_step)
     stats = [Stat(by_step[s]) for s in steps]
     return steps, [st.mean for st in stats], [st.std for st in stats], [st.n for st in stats]
+
+
+def finite_series(run, column: str) -> tuple[list[float], list[float]]:
+    """The run's (steps, values) of a column without NaN/inf (a diverged run's curve ends where it diverged)."""
+    pts = [(s, y) for s, y in zip(*run.series(column)) if math.isfinite(y)]
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def x_at(run, axis: str, steps: list[float]) -> list[float] | None:
@@ -105,7 +114,12 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                                      name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
                                      meta=dict(kind="mean", x=_mean_x(v, steps))))
             for r in v.runs:
-                xs, ys = r.series(column)
+                xs, ys = finite_series(r, column)
+                if r.diverged_at is not None and xs:  # where it diverged: always shown, never a silent gap
+                    fig.add_trace(go.Scatter(x=[xs[-1]], y=[ys[-1]], mode="markers", legendgroup=v.label,
+                                             marker=dict(symbol="x", size=11, color=color(i)),
+                                             name=f"{v.label} {v.seed_label(r)} diverged at step {r.diverged_at:,}",
+                                             hovertemplate=f"diverged at step {r.diverged_at:,}<extra></extra>"))
                 if len(v.runs) > 1 and xs:
                     flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,

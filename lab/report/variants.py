@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lab.report.runs import Run
+from lab.report.runs import DEAD, Run
 from lab.report.stats import Stat, median, metric_direction
 
 # Config keys that differ between any two runs without being a choice (where and when the run was written).
@@ -72,7 +72,13 @@ class Budget:
     which: str = "final"
 
     def point(self, run: Run, column: str) -> tuple[float, float] | None:
-        """(step, value) of the run's column under this budget; None when it logged none by then."""
+        """(step, value) of the run's column under this budget; None when it logged none by then, or when it
+        stopped for good (killed, failed) before the budget's step. A run that diverged by then reads
+        (the step it diverged at, NaN): it stays diverged, so it is never read at a finite value."""
+        if run.diverged_at is not None and (self.step is None or run.diverged_at <= self.step):
+            return float(run.diverged_at), math.nan
+        if self.step is not None and run.status in DEAD and (run.last_step or 0) < self.step:
+            return None
         pts = [(s, v) for s, v in zip(*run.series(column)) if self.step is None or s <= self.step]
         if not pts:
             return None
@@ -85,9 +91,23 @@ class Budget:
 
 def common_step(runs: list[Run], metric: str) -> float | None:
     """The largest step every run that logged the metric reached (its last logged step of any column):
-    runs stopped earlier set it, runs that logged no value yet do not. None when no run logged the metric."""
-    reached = [r.last_step for r in runs if r.series(metric)[1] and r.last_step is not None]
-    return min(reached) if reached else None
+    runs stopped earlier set it (running, interrupted: they go on), runs that logged no value yet do not, nor
+    runs that stopped for good (killed, failed, diverged) while another run goes on or finished.
+    None when no run logged the metric."""
+    logged = [r for r in runs if r.series(metric)[1] and r.last_step is not None]
+    alive = [r for r in logged if r.status not in DEAD] or logged
+    return min(r.last_step for r in alive) if alive else None
+
+
+def steps_text(steps) -> str:
+    """{99} -> "step 99"; {90, 99} -> "steps 90-99": the steps values were actually read at."""
+    steps = sorted(set(steps))
+    return f"step {steps[0]:,.0f}" if len(steps) == 1 else f"steps {steps[0]:,.0f}-{steps[-1]:,.0f}"
+
+
+def read_steps(runs: list[Run], metric: str, budget: Budget) -> list[float]:
+    """The steps the runs' finite values of the metric are read at under the budget."""
+    return [p[0] for r in runs if (p := budget.point(r, metric)) is not None and math.isfinite(p[1])]
 
 
 @dataclass
@@ -108,6 +128,15 @@ class Variant:
             p = self.budget.point(r, column)
             if p is not None and math.isfinite(p[1]):
                 out[self.seed_label(r)] = p
+        return out
+
+    def diverged(self, column: str) -> dict[str, float]:
+        """seed label -> the step its run diverged at, for the runs that had diverged by the budget."""
+        out = {}
+        for r in self.runs:
+            p = self.budget.point(r, column)
+            if p is not None and not math.isfinite(p[1]):
+                out[self.seed_label(r)] = p[0]
         return out
 
     def values(self, column: str) -> dict[str, float]:
@@ -149,9 +178,11 @@ def group_variants(runs: list[Run], ignore: tuple[str, ...] = ()) -> tuple[list[
 
 
 def sort_variants(variants: list[Variant], metric: str) -> list[Variant]:
-    """Best first in the metric's direction (variants without the metric last); unranked metrics keep order."""
+    """Best first in the metric's direction (variants with a diverged run after those without, variants without
+    the metric last); unranked metrics keep order."""
     direction = metric_direction(metric)
     if direction is None:
         return variants
     sign = 1 if direction == "min" else -1
-    return sorted(variants, key=lambda v: (v.stat(metric) is None, sign * (v.stat(metric).mean if v.stat(metric) else 0)))
+    return sorted(variants, key=lambda v: (v.stat(metric) is None, bool(v.diverged(metric)),
+                                           sign * (v.stat(metric).mean if v.stat(metric) else 0)))

@@ -217,7 +217,7 @@ def test_runs_in_progress_crashed_failed_and_empty_are_all_accounted_for(tmp_pat
     assert [s.path.name for s in report.skipped] == ["empty"]
     md = (run_module("lab.report", [str(tmp_path)], tmp_path), (tmp_path / "report.md").read_text())[1]
     assert "| failed: error: model.n_heads=3 does not divide d_model=64 |" in md
-    assert "stopped: no end recorded: killed or crashed" in md
+    assert re.search(r"stopped: no end recorded and nothing written for 3,6\d\ds \(allowed 60s\): killed or crashed", md)
     assert "## Not shown" in md and "no csv/metrics.csv yet" in md
 
 
@@ -706,3 +706,96 @@ def html_unescape(text: str) -> str:
     import html as html_lib
 
     return html_lib.unescape(text)
+
+
+# ---------------------------------------------------------------------------------------------- states are facts
+
+def _age(run: Path, seconds: float) -> None:
+    old = time.time() - seconds
+    for f in run.rglob("*"):
+        os.utime(f, (old, old))
+
+
+def test_a_killed_run_here_is_stopped_at_once_and_a_quiet_live_one_is_running(tmp_path):
+    """This host: status.json's pid decides (a killed job was 'running' until its files were 120 s old, a live
+    one writing nothing for 2 minutes 'stopped'). Another host: the heartbeat's allowed age is 3 times the
+    longest gap between the run's own log lines (at least 60 s)."""
+    from lab.report.runs import run_status
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = os.uname().nodename
+    cfg = {"name": "x", "seed": 1}
+    killed = write_run(tmp_path / "killed", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                       status={"state": "running", "pid": dead.pid, "host": host})
+    quiet = write_run(tmp_path / "quiet", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                      status={"state": "running", "pid": os.getpid(), "host": host})
+    _age(quiet, 600)
+    assert run_status(killed) == ("stopped", f"no end recorded and its process (pid {dead.pid} on {host}) is gone: "
+                                             "killed or crashed")
+    assert run_status(quiet) == ("running", "")
+    log = "".join(f"[2026-11-25 01:{m:02d}:00,000][lab][INFO] - progress: step {m}\n" for m in (0, 5, 10))  # every 5 min
+    slow = write_run(tmp_path / "slow", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                     status={"state": "running", "pid": 1, "host": "another-host"})
+    (slow / "train.log").write_text(log)
+    _age(slow, 14 * 60)
+    assert run_status(slow) == ("running", "")  # 14 min < 3 x 5 min
+    _age(slow, 16 * 60)
+    assert run_status(slow)[0] == "stopped" and "nothing written for 960s (allowed 900s)" in run_status(slow)[1]
+
+
+def _diverging_sweep(root: Path) -> Path:
+    """lr 1e-3 and 1e-2, 3 seeds: lr 1e-2 seed 3's loss is NaN from step 40 and it stops at step 50."""
+    for job, (lr, seed) in enumerate((lr, s) for lr in (1e-3, 1e-2) for s in (1, 2, 3)):
+        bad = lr == 1e-2 and seed == 3
+        rows = []
+        for step in range(10, 51 if bad else 201, 10):
+            loss = math.nan if bad and step >= 40 else 4.0 - step / 100 - lr * 10 + seed / 100
+            rows.append({"step": step, "train/loss": loss, **({"val/loss": loss} if step % 50 == 0 else {})})
+        write_run(root / str(job), {"name": "lr", "seed": seed, "task": {"lr": lr}, "optimized_metric": "val/loss"}, rows,
+                  finished=not bad, status={"state": "failed", "error": "error: loss is NaN"} if bad else None)
+    return root
+
+
+def test_a_diverged_run_is_named_counted_and_drawn_to_the_step_it_diverged(tmp_path):
+    """It was dropped without a word: the variant showed n = 2 and a finite mean, its curve was not drawn, and
+    its last step (50) pulled every other run back to step 50."""
+    report = collect([_diverging_sweep(tmp_path)])
+    assert report.budget.step == 200  # the diverged run does not set the common step
+    assert "Diverged (NaN or infinite loss), counted in their variant's n, with no finite value: 5 at step 40." in report.budget_note
+    rows = {r[0].text: dict(zip(report.tables[0].header, (c.text for c in r))) for r in report.tables[0].rows}
+    high = rows["lr=0.01"]
+    assert high["n"] == "3" and "1 of 3 diverged (step 40), mean of the other 2" in high["val/loss (final at step 200, mean ± std)"]
+    assert high["beyond seed noise?"] == "no test: 1 run(s) diverged" and high["p"] == ""
+    assert "1 diverged at step 40" in high["runs"]
+    assert [v.label for v in report.variants] == ["lr=0.001", "lr=0.01"]  # a variant with a diverged seed is not best
+    runs = {r[0].text: dict(zip(report.tables[2].header, (c.text for c in r))) for r in report.tables[2].rows}
+    assert runs["5"]["status"] == "diverged at step 40 (error: loss is NaN)"
+    (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "train/loss"]
+    mark = next(t for t in fig.data if t.name.endswith("diverged at step 40"))
+    assert list(mark.x) == [30] and list(mark.y) == [pytest.approx(4.0 - 0.3 - 0.1 + 0.03)]  # its last finite point
+    seed3 = next(t for t in fig.data if t.name == "lr=0.01 seed=3 [diverged]")
+    assert list(seed3.x) == [10, 20, 30]  # drawn up to where it diverged
+    assert all(math.isfinite(y) for t in fig.data for y in t.y)  # no NaN handed to plotly
+
+
+def test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back(tmp_path):
+    """train/loss every 10 steps to 109, val/loss at 49 and 99: it said 'final at step 109' with step 99's
+    values; and one killed run (stopped at 59) set the common step for every finished run."""
+    for seed in (1, 2, 3):
+        for d in (1, 2):
+            rows = [{"step": s, "train/loss": 4.0, **({"val/loss": 3.0 - s / 100 - d / 10 + seed / 100} if s % 50 == 49 else {})}
+                    for s in range(9, 110, 10)]
+            write_run(tmp_path / f"d{d}-{seed}", {"name": "x", "seed": seed, "d": d}, rows)
+    killed = write_run(tmp_path / "killed", {"name": "x", "seed": 4, "d": 2},
+                       [{"step": s, "train/loss": 4.0, "val/loss": 2.0} for s in (49, 59)], finished=False)
+    _age(killed, 3600)
+    report = collect([tmp_path])
+    assert report.budget.step == 109
+    header = report.tables[0].header[3]
+    assert header == "val/loss (final at step 99, mean ± std)"
+    assert report.budget_note == ("Every run still going or finished reached step 109; each run's last logged value at "
+                                  "that step is compared (val/loss read at step 99). Not compared, stopped for good "
+                                  "before step 109: killed (stopped at step 59).")
+    d2 = next(v for v in report.variants if v.label == "d=2")
+    assert d2.stat("val/loss").n == 3 and d2.stat("val/loss").mean == pytest.approx(3.0 - 0.99 - 0.2 + 0.02)

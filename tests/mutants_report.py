@@ -1,0 +1,30 @@
+"""One-line bugs in lab/report that tests/report must kill, for the mutation script (tests/mutants.py).
+
+Each entry: name, file (relative to the repository root), a snippet occurring exactly once in that file, its
+replacement, and the tests that must fail once it is applied.
+"""
+from __future__ import annotations
+
+T = "tests/report/test_report.py::"
+KILLED = T + "test_a_killed_run_here_is_stopped_at_once_and_a_quiet_live_one_is_running"
+DIVERGED = T + "test_a_diverged_run_is_named_counted_and_drawn_to_the_step_it_diverged"
+READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
+
+MUTANTS = [
+    ("lab.report: a dead pid on this host is still running", "lab/report/runs.py",
+     "        return \"stopped\", f\"no end recorded and its process", "        return \"running\", \"\"  # f\"", [KILLED]),
+    ("lab.report: the heartbeat ignores the run's own log interval", "lab/report/runs.py",
+     "HEARTBEAT_GAPS * max(gaps, default=0.0)", "0.0", [KILLED]),
+    ("lab.report: a NaN loss is not a divergence", "lab/report/runs.py",
+     'if any("loss" in k and not math.isfinite(v)', 'if any("loss" in k and math.isinf(v)', [DIVERGED]),
+    ("lab.report: a diverged run reads its last finite value", "lab/report/variants.py",
+     "            return float(run.diverged_at), math.nan\n", "            pass\n", [DIVERGED]),
+    ("lab.report: diverged runs are not counted in n", "lab/report/tables.py",
+     "(stat.n if stat else 0) + len(diverged)", "(stat.n if stat else 0)", [DIVERGED]),
+    ("lab.report: dead runs set the common step", "lab/report/variants.py",
+     "alive = [r for r in logged if r.status not in DEAD] or logged", "alive = logged", [READ_STEP, DIVERGED]),
+    ("lab.report: the summary names the budget step, not the step read", "lab/report/tables.py",
+     'at = f" at {steps_text(read)}"', 'at = f" at step {baseline.budget.step:,.0f}"', [READ_STEP]),
+    ("lab.report: a diverged run's curve keeps its NaN points", "lab/report/charts.py",
+     "            if math.isfinite(y):\n                by_step[s].append(y)", "            by_step[s].append(y)", [DIVERGED]),
+]
