@@ -8,6 +8,8 @@ from __future__ import annotations
 T = "tests/report/test_report.py::"
 KILLED = T + "test_a_killed_run_here_is_stopped_at_once_and_a_quiet_live_one_is_running"
 DIVERGED = T + "test_a_diverged_run_is_named_counted_and_drawn_to_the_step_it_diverged"
+SMOOTH = T + "test_only_dense_training_curves_are_marked_for_smoothing"
+SMOOTH_PAGE = T + "test_smoothing_in_a_browser_never_moves_a_validation_point_or_the_schedule"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -27,4 +29,8 @@ MUTANTS = [
      'at = f" at {steps_text(read)}"', 'at = f" at step {baseline.budget.step:,.0f}"', [READ_STEP]),
     ("lab.report: a diverged run's curve keeps its NaN points", "lab/report/charts.py",
      "            if math.isfinite(y):\n                by_step[s].append(y)", "            by_step[s].append(y)", [DIVERGED]),
+    ("lab.report: validation curves are smoothed too", "lab/report/charts.py",
+     'return column.startswith("train/") and', "return", [SMOOTH]),
+    ("lab.report: the page smooths every trace whatever its mark", "lab/report/html.py",
+     "const sw=t.meta.smooth?w:0;", "const sw=w;", [SMOOTH_PAGE]),
 ]

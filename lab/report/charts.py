@@ -23,6 +23,16 @@ LOG_TOGGLE = [dict(type="buttons", direction="left", x=1.0, xanchor="right", y=1
 ])]
 
 
+# Smoothing (the page's slider, off by default) applies to training curves with at least this many points per
+# run: a value compared between variants (validation, test) or a schedule (lr) is never moved by it.
+SMOOTH_MIN_POINTS = 20
+
+
+def smoothable(runs, column: str) -> bool:
+    """A dense training curve: `train/...` logged at SMOOTH_MIN_POINTS or more steps by some run."""
+    return column.startswith("train/") and any(len(r.series(column)[1]) >= SMOOTH_MIN_POINTS for r in runs)
+
+
 def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
@@ -97,6 +107,7 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
     out = []
     for column in columns:
         fig = go.Figure()
+        smooth = smoothable([r for v in variants for r in v.runs], column)
         for i, v in enumerate(variants):
             steps, mean, std, n = seed_curve(v, column)
             if not steps:
@@ -107,12 +118,12 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                 xs = {axis: x + x[::-1] for axis, x in _mean_x(v, steps).items()}
                 fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
                                          fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
-                                         legendgroup=v.label, name=f"{v.label} ± std", meta=dict(kind="band", x=xs)))
+                                         legendgroup=v.label, name=f"{v.label} ± std", meta=dict(kind="band", x=xs, smooth=smooth)))
             n_text = f"n={min(n)}-{max(n)}" if min(n) != max(n) else f"n={n[0]}"
             fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
                                      line=dict(color=color(i), width=1.6), legendgroup=v.label, customdata=n,
                                      name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
-                                     meta=dict(kind="mean", x=_mean_x(v, steps))))
+                                     meta=dict(kind="mean", x=_mean_x(v, steps), smooth=smooth)))
             for r in v.runs:
                 xs, ys = finite_series(r, column)
                 if r.diverged_at is not None and xs:  # where it diverged: always shown, never a silent gap
@@ -125,7 +136,8 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
                                              line=dict(color=color(i), width=0.8, dash="dot"), name=f"{v.label} {v.seed_label(r)}{flag}",
                                              hovertemplate="%{y:.4g}",
-                                             meta=dict(kind="seed", x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
+                                             meta=dict(kind="seed", smooth=smooth,
+                                                       x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
         budget = variants[0].budget.step if variants else None
         last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
         if budget is not None and last_steps and max(last_steps) > budget:

@@ -26,12 +26,13 @@ document.getElementById('js-errors').textContent=window.labErrors.join('\\n')});
 const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' '));_ce(...a)};</script>"""
 
 # The curve controls: the x-axis (step, tokens seen, training time: each trace's meta.x), smoothing (W&B's
-# debiased exponential moving average of each mean and seed curve, and of the band's two edges) and the seeds'
-# own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
+# debiased exponential moving average of each mean and seed curve, and of the band's two edges; off by default,
+# and only of the traces charts.smoothable marks: dense training curves, never a compared value or the lr) and
+# the seeds' own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
 # applied once every chart is drawn.
 CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
 </option>{options}</select>
-smoothing <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
+smoothing of dense training curves <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
 <span id="smooth-value">0.00</span> <label><input type="checkbox" id="seeds" onchange="labControls()"> each seed's
 curve</label></div><script>
 const labRaw={};
@@ -44,7 +45,7 @@ axis=document.getElementById('xaxis').value;document.getElementById('smooth-valu
 document.querySelectorAll('.chart.curve').forEach(div=>{if(!div.data)return;const idx=[],xs=[],ys=[],vis=[];
 div.data.forEach((t,i)=>{if(!t.meta||!t.meta.kind)return;const k=div.id+':'+i;
 labRaw[k]=labRaw[k]||{x:Array.from(t.x),y:Array.from(t.y)};const raw=labRaw[k];idx.push(i);
-const has=axis==='step'||!!t.meta.x[axis];xs.push(has?t.meta.x[axis]||raw.x:raw.x);ys.push(t.meta.kind==='band'?labBand(raw.y,w):labEma(raw.y,w));
+const has=axis==='step'||!!t.meta.x[axis];xs.push(has?t.meta.x[axis]||raw.x:raw.x);const sw=t.meta.smooth?w:0;ys.push(t.meta.kind==='band'?labBand(raw.y,sw):labEma(raw.y,sw));
 let v;if(!has){v='legendonly';raw.hid=true}else if(t.meta.kind==='seed')v=seeds?true:'legendonly';
 else if(raw.hid){v=true;raw.hid=false}else v=t.visible===undefined?true:t.visible;vis.push(v)});
 if(idx.length){Plotly.restyle(div,{x:xs,y:ys,visible:vis},idx);

@@ -799,3 +799,47 @@ def test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_o
                                   "before step 109: killed (stopped at step 59).")
     d2 = next(v for v in report.variants if v.label == "d=2")
     assert d2.stat("val/loss").n == 3 and d2.stat("val/loss").mean == pytest.approx(3.0 - 0.99 - 0.2 + 0.02)
+
+
+# ---------------------------------------------------------------------------------------------- smoothing
+
+def _smoothing_runs(root: Path) -> Path:
+    """train/loss at every step 1-40, val/loss at 3 steps, the lr schedule at every step; 2 variants x 2 seeds."""
+    for d in (1, 2):
+        for seed in (1, 2):
+            rows = [{"step": s, "train/loss": 4.0 - s / 20 + (s % 3) / 10 + seed / 100, "lr-AdamW": 1e-3 * min(1, s / 10)}
+                    for s in range(1, 41)]
+            for r in rows:
+                if r["step"] % 20 == 0 or r["step"] == 1:
+                    r["val/loss"] = 3.0 - r["step"] / 40 - d / 10 + seed / 100
+            write_run(root / f"d{d}-{seed}", {"name": "x", "seed": seed, "d": d}, rows)
+    return root
+
+
+def test_only_dense_training_curves_are_marked_for_smoothing(tmp_path):
+    """Smoothing moved a 3-point validation curve's compared value and bent the lr schedule."""
+    report = collect([_smoothing_runs(tmp_path)])
+    marked = {title: {t.meta["smooth"] for t in fig.data if t.meta} for title, fig in dict(report.sections)["Curves"]}
+    assert marked == {"train/loss": {True}, "val/loss": {False}, "lr-AdamW": {False}}
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_smoothing_in_a_browser_never_moves_a_validation_point_or_the_schedule(tmp_path):
+    """With the slider at 0.6 (from the address) the page's val/loss and lr traces keep their logged values and
+    train/loss is smoothed; the slider starts at 0 (off)."""
+    from lab.report import html
+
+    root = _smoothing_runs(tmp_path / "runs")
+    report = collect([root])
+    probe = ("<script>setTimeout(()=>{document.body.dataset.ys=JSON.stringify([...document.querySelectorAll('.chart.curve')]"
+             ".map(d=>[d.title,d.data.filter(t=>t.meta&&t.meta.kind==='mean').map(t=>Array.from(t.y))]))},3000)</script>")
+    page = root / "report.html"
+    page.write_text(html.render(report).replace("</body>", probe + "</body>"))
+    assert 'id="smooth" min="0" max="0.99" step="0.01" value="0"' in page.read_text()  # off by default
+    dom = _dom(page.as_uri() + "#smooth=0.6", tmp_path / "p")
+    _rendered(dom)
+    shown = dict(json.loads(html_unescape(re.search(r'data-ys="([^"]*)"', dom).group(1))))
+    logged = {title: [y for t in fig.data if t.meta and t.meta["kind"] == "mean" for y in t.y] for title, fig in dict(report.sections)["Curves"]}
+    shown = {title: [y for ys in traces for y in ys] for title, traces in shown.items()}
+    assert shown["val/loss"] == pytest.approx(logged["val/loss"]) and shown["lr-AdamW"] == pytest.approx(logged["lr-AdamW"])
+    assert shown["train/loss"] != pytest.approx(logged["train/loss"])
