@@ -10,6 +10,9 @@ KILLED = T + "test_a_killed_run_here_is_stopped_at_once_and_a_quiet_live_one_is_
 DIVERGED = T + "test_a_diverged_run_is_named_counted_and_drawn_to_the_step_it_diverged"
 SMOOTH = T + "test_only_dense_training_curves_are_marked_for_smoothing"
 SMOOTH_PAGE = T + "test_smoothing_in_a_browser_never_moves_a_validation_point_or_the_schedule"
+COST = T + "test_the_default_cost_is_training_flops_and_tokens_seen_with_a_note_when_flops_are_missing"
+CONCURRENT = T + "test_concurrent_runs_get_a_note_and_their_speed_no_pareto_front"
+ONE_FIGURE = T + "test_one_figure_per_variant_for_its_speed_in_every_table"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -33,4 +36,12 @@ MUTANTS = [
      'return column.startswith("train/") and', "return", [SMOOTH]),
     ("lab.report: the page smooths every trace whatever its mark", "lab/report/html.py",
      "const sw=t.meta.smooth?w:0;", "const sw=w;", [SMOOTH_PAGE]),
+    ("lab.report: a final FLOPs count is read at an earlier step", "lab/report/variants.py",
+     "(step is None or run.last_step is None or step >= run.last_step)", "True", [COST]),
+    ("lab.report: runs on two hosts count as concurrent", "lab/report/variants.py",
+     "if a.host == b.host and a.started < b.ended", "if a.started < b.ended", [CONCURRENT]),
+    ("lab.report: back-to-back runs count as concurrent", "lab/report/variants.py",
+     "a.started < b.ended and b.started < a.ended", "a.started <= b.ended", [CONCURRENT]),
+    ("lab.report: the metrics table shows speed at the compared step", "lab/report/tables.py",
+     "            if is_rate(c):\n", "            if False:\n", [ONE_FIGURE]),
 ]

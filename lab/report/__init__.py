@@ -6,7 +6,7 @@ markdown: the tables). Imports go one way along that line (import-linter contrac
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
@@ -19,6 +19,8 @@ from lab.report.variants import (
     Budget,
     Variant,
     common_step,
+    concurrent,
+    cost_axis,
     group_variants,
     ignored_note,
     metric_columns,
@@ -41,6 +43,7 @@ class Report:
     budget_note: str  # where the runs are compared, in words: said above the summary
     tables: list[tables.Table]
     sections: list[tuple[str, list[tuple[str, object]]]]  # (section title, [(chart title, plotly figure)])
+    notes: list[str] = field(default_factory=list)  # the cost used, concurrent runs: said below the intro
 
     def intro(self) -> list[str]:
         """What the summary means, in sentences both renderers print above it."""
@@ -53,6 +56,7 @@ class Report:
             "interval; effect size d_z = mean / std of the per-seed differences (paired), d = Δ / pooled std "
             "(Welch). Beyond seed noise when p < 0.05 (paired t-test when the seeds match, else Welch's)"
             + ("; p is Holm-adjusted over the variants compared with the baseline." if holm else "."),
+            *self.notes,
         ]
 
 
@@ -142,21 +146,23 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
         v.budget = at
     base = pick_baseline(variants, baseline)  # before sorting: "the first" is the first given
     variants = sort_variants(variants, metric)
+    costs, cost_note = cost_axis(variants, metric)
+    overlap = concurrent(runs)
     curve_cols = tables.curve_columns(runs, columns)
     moe = charts.moe_charts(variants, columns)
     sections = [
         ("Curves", charts.curves(variants, [c for c in curve_cols if not is_moe(c)])),
         ("Sweep", charts.sweep_view(variants, keys, metric)),
-        ("Quality vs cost", charts.cost_scatter(variants, metric)),
+        ("Quality vs cost", charts.cost_scatter(variants, metric, costs, bool(overlap))),
         ("MoE routing", moe + charts.curves(variants, [c for c in curve_cols if is_moe(c) and "expert_" not in c])),
     ]
-    table_list = [tables.summary(variants, keys, metric, base), tables.final_metrics(variants, columns),
+    table_list = [tables.summary(variants, keys, metric, base, costs, bool(overlap)), tables.final_metrics(variants, columns),
                   tables.runs_table(variants, metric)]
     if skipped:
         table_list.append(tables.skipped_table(skipped))
     title = f"lab report: {len(variants)} variants, {len(runs)} runs in {shown_path(root)}"
     return Report(title, metric, runs, variants, base, keys, skipped, at, budget_note, table_list,
-                  [s for s in sections if s[1]])
+                  [s for s in sections if s[1]], [n for n in (cost_note, overlap) if n])
 
 
 def shown_path(path: Path) -> str:

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_front
-from lab.report.variants import X_AXES
+from lab.report.variants import X_AXES, x_at
 
 if TYPE_CHECKING:
     from lab.report.variants import Variant
@@ -66,25 +66,6 @@ def finite_series(run, column: str) -> tuple[list[float], list[float]]:
     """The run's (steps, values) of a column without NaN/inf (a diverged run's curve ends where it diverged)."""
     pts = [(s, y) for s, y in zip(*run.series(column)) if math.isfinite(y)]
     return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def x_at(run, axis: str, steps: list[float]) -> list[float] | None:
-    """The run's tokens seen or training seconds at each step: linear between the steps it logged them at
-    (from 0 at step 0), at its last rate past the last; None when the run did not log them."""
-    logged = list(zip(*run.series(X_AXES[axis])))
-    if not logged:
-        return None
-    pts = [(0.0, 0.0), *sorted(logged)]
-    out, j = [], 0
-    for s in steps:
-        while j + 1 < len(pts) and pts[j + 1][0] < s:
-            j += 1
-        (s0, x0), (s1, x1) = pts[j], pts[min(j + 1, len(pts) - 1)]
-        if s1 <= s0:  # past the last point: its overall rate
-            out.append(pts[-1][1] * s / pts[-1][0] if pts[-1][0] else 0.0)
-        else:
-            out.append(x0 + (x1 - x0) * (s - s0) / (s1 - s0))
-    return out
 
 
 def _mean_x(v: Variant, steps: list[float]) -> dict[str, list[float]]:
@@ -211,32 +192,40 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
     return out
 
 
-def cost_scatter(variants: list[Variant], metric: str) -> list[tuple[str, go.Figure]]:
-    """Quality against cost: the metric (mean ± std) against active parameters and against tokens/s, with
-    the Pareto front (no other variant both better and cheaper) joined by a dashed line."""
+def cost_scatter(variants: list[Variant], metric: str, costs: tuple, concurrent: bool) -> list[tuple[str, go.Figure]]:
+    """Quality against cost: the metric (mean ± std) against the machine-independent cost (training FLOPs, else
+    tokens seen: `costs`), against active parameters, and against tokens/s, with the Pareto front (no other
+    variant both better and cheaper) joined by a dashed line. Runs that trained concurrently on one machine
+    measured its load as much as the variant: their tokens/s chart says so and draws no front. No chart with
+    fewer than two variants to place on it."""
     direction = metric_direction(metric)
     out = []
-    for cost, title, minimize_x in (("active", "active parameters", True), ("tokens/s", "tokens/s", False)):
-        points, names, errors = [], [], []
-        for v in variants:
+    axes = [("cost", costs[0][2] if costs else "", True), ("active", "active parameters", True), ("tokens/s", "tokens/s", False)]
+    for cost, title, minimize_x in axes:
+        points, names, errors, colors = [], [], [], []
+        for i, v in enumerate(variants):
             stat = v.stat(metric)
-            x = v.param("active") if cost == "active" else v.throughput()
+            x = (v.cost(metric, costs)[0] if costs else None) if cost == "cost" else v.param("active") if cost == "active" else v.throughput()
             if stat is not None and x is not None:
                 points.append((float(x), stat.mean))
                 names.append(v.label)
                 errors.append(stat.std or 0.0)
-        if not points:
+                colors.append(color(i))
+        if len(points) < 2:
             continue
+        load = cost == "tokens/s" and concurrent
         fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers+text", text=names,
                                    textposition="top center", cliponaxis=False, error_y=dict(type="data", array=errors, visible=True),
-                                   marker=dict(size=10, color=[color(i) for i in range(len(points))]), name="variants",
+                                   marker=dict(size=10, color=colors), name="variants",
                                    hovertemplate="%{text}: %{y:.4g} at %{x:,.0f}"))
-        if direction is not None and len(points) > 1:
+        if direction is not None and not load:
             front = pareto_front(points, minimize_y=direction == "min", minimize_x=minimize_x)
             fig.add_trace(go.Scatter(x=[points[i][0] for i in front], y=[points[i][1] for i in front], mode="lines",
                                      line=dict(dash="dash", color="#555"), name="Pareto front"))
-        fig = _layout(fig, f"{metric} vs {title}", title, metric, log_toggle=False)
+        shown = f"{metric} vs {title}" + (" (concurrent runs: machine load, no front)" if load else "")
+        fig = _layout(fig, shown, title, metric, log_toggle=False)
         fig.update_layout(hovermode="closest")
+        fig.update_xaxes(tickformat=".3s")
         out.append((f"{metric} vs {title}", fig))
     return out
 

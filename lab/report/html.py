@@ -60,7 +60,7 @@ const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value==
 if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
 if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
 </script>"""
-AXIS_NAMES = {"tokens": "tokens seen", "time": "training time (s)"}
+AXIS_NAMES = {"tokens": "tokens seen", "flops": "training FLOPs", "time": "training time (s)"}
 
 
 def table(t: Table) -> str:

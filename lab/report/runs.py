@@ -42,6 +42,10 @@ class Run:
     wall_s: float | None = None  # time spent training over all attempts (status.json), else train.log's closing line
     attempts: int = 1  # launches of this run (status.json): > 1 means it was resumed
     examples: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, step, text): samples, translations
+    final_metrics: dict[str, float] = field(default_factory=dict)  # status.json's: cost/train_flops, cost/tokens, ...
+    host: str | None = None  # where the last attempt ran, and when (unix seconds; ended None while running)
+    started: float | None = None
+    ended: float | None = None
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -225,6 +229,13 @@ def diverged_at(rows: list[dict[str, float]]) -> int | None:
     return None
 
 
+def _time(value) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
 def load_run(path: Path, root: Path) -> Run:
     config = flatten(yaml.load((path / "config.yaml").read_text(), Loader=yaml.CSafeLoader) or {})
     overrides_file = path / ".hydra" / "overrides.yaml"
@@ -249,7 +260,10 @@ def load_run(path: Path, root: Path) -> Run:
         status, note = "diverged", (note if status in ("failed", "stopped") else "")
     return Run(name=name, path=path, config=config, overrides=list(overrides or []), rows=rows, params=params,
                status=status, status_note=note, diverged_at=diverged, wall_s=wall_s,
-               attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text))
+               attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text),
+               final_metrics={k: float(v) for k, v in (recorded.get("metrics") or {}).items() if isinstance(v, (int, float))},
+               host=recorded.get("host"), started=_time(recorded.get("started")),
+               ended=_time(recorded.get("ended") or recorded.get("updated")) if status != "running" else time.time())
 
 
 def common_parent(paths: list[Path]) -> Path:

@@ -67,7 +67,8 @@ def comparisons(variants: list[Variant], metric: str, baseline: Variant) -> dict
     return out
 
 
-def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Variant) -> Table:
+def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Variant, costs: tuple = (),
+            concurrent: bool = False) -> Table:
     """One row per variant: choices, n, the metric's mean ± std and 95% interval at the budget, the
     difference from the baseline with its interval, effect size and test (Holm-adjusted with several
     variants), how the runs ended, parameters, throughput, wall time. Best variant highlighted."""
@@ -79,7 +80,10 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
     at = f" at {steps_text(read)}" if baseline.budget.step is not None and read else ""
     table = Table("summary", ["variant", *short, "n", f"{metric} ({which}{at}, mean ± std)", "95% interval",
                               f"Δ vs {baseline.label} [95% CI]", "effect size", f"p{holm_note}", "beyond seed noise?",
-                              "runs", "params", "active params", "tokens/s (median)", "wall time (median, all attempts)"])
+                              "runs", "params", "active params",
+                              *([f"{costs[0][2]} (median)"] if costs else []),
+                              "tokens/s (median" + (", concurrent runs)" if concurrent else ")"),
+                              "wall time (median, all attempts" + (", concurrent runs)" if concurrent else ")")])
     for v in variants:
         stat = v.stat(metric)
         diverged = v.diverged(metric)
@@ -107,6 +111,7 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
         tps = v.throughput()
         wall = median([r.wall_s for r in v.runs])
         row += [Cell(status_counts(v.runs)), _c(v.param("total")), _c(v.param("active")),
+                *([_c(v.cost(metric, costs)[0])] if costs else []),
                 Cell(f"{fmt(tps)} tok/s" if tps is not None else "", tps), Cell(fmt_duration(wall), wall)]
         table.rows.append(row)
     if metric_direction(metric) and variants and variants[0].stat(metric) is not None and not variants[0].diverged(metric):
@@ -114,12 +119,21 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
     return table
 
 
+def is_rate(column: str) -> bool:
+    """A speed measured over the run (tokens/s, MFU): shown as Variant.rate, one figure everywhere."""
+    return column.startswith("perf/") and column not in X_AXES.values()
+
+
 def final_metrics(variants: list[Variant], columns: list[str]) -> Table:
-    """Every metric's value per variant at the budget: mean ± std over its seeds (n when some runs lack it)."""
-    table = Table("metrics", ["variant", *columns])
+    """Every metric's value per variant at the budget: mean ± std over its seeds (n when some runs lack it);
+    a speed (is_rate) as the median over runs of each run's median, the figure the summary shows."""
+    table = Table("metrics", ["variant", *(f"{c} (median)" if is_rate(c) else c for c in columns)])
     for v in variants:
         cells = [Cell(v.label)]
         for c in columns:
+            if is_rate(c):
+                cells.append(_c(v.rate(c)))
+                continue
             stat = v.stat(c)
             if stat is None:
                 cells.append(Cell(""))

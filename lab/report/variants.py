@@ -3,6 +3,7 @@ largest step every run with a value reached, so a run stopped early (interrupted
 compared with one trained longer; or, with `--budget finished`, finished runs only, each at its end."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -12,7 +13,10 @@ from lab.report.stats import Stat, median, metric_direction
 # Config keys that differ between any two runs without being a choice (where and when the run was written).
 NOT_CHOICES = ("paths.", "dir", "save_dir", "default_root_dir", "dirpath", "ckpt_path", "cache_dir")
 X_COLUMNS = ("step", "epoch")
-X_AXES = {"tokens": "perf/tokens_seen", "time": "perf/train_s"}  # the page's other x-axes (logged by Throughput)
+# The page's other x-axes: tokens seen and training time (logged by Throughput), training FLOPs when logged.
+X_AXES = {"tokens": "perf/tokens_seen", "flops": "perf/flops_seen", "time": "perf/train_s"}
+# Machine-independent costs, most telling first: (x-axis, status.json's final metric, words)
+COSTS = (("flops", "cost/train_flops", "training FLOPs"), ("tokens", "cost/tokens", "tokens seen"))
 BUDGETS = ("common", "finished")
 VALUES = ("final", "best")
 
@@ -62,6 +66,61 @@ def metric_columns(runs: list[Run]) -> list[str]:
         for row in r.rows:
             cols.update(dict.fromkeys(k for k in row if k not in X_COLUMNS))
     return sorted(cols, key=lambda c: (c.split("/")[0] not in ("val", "test", "train"), c))
+
+
+def x_at(run, axis: str, steps: list[float]) -> list[float] | None:
+    """The run's tokens seen or training seconds at each step: linear between the steps it logged them at
+    (from 0 at step 0), at its last rate past the last; None when the run did not log them."""
+    logged = list(zip(*run.series(X_AXES[axis])))
+    if not logged:
+        return None
+    pts = [(0.0, 0.0), *sorted(logged)]
+    out, j = [], 0
+    for s in steps:
+        while j + 1 < len(pts) and pts[j + 1][0] < s:
+            j += 1
+        (s0, x0), (s1, x1) = pts[j], pts[min(j + 1, len(pts) - 1)]
+        if s1 <= s0:  # past the last point: its overall rate
+            out.append(pts[-1][1] * s / pts[-1][0] if pts[-1][0] else 0.0)
+        else:
+            out.append(x0 + (x1 - x0) * (s - s0) / (s1 - s0))
+    return out
+
+
+def run_cost(run: Run, axis: str, final: str, step: float | None) -> float | None:
+    """The run's machine-independent cost up to a step: its logged column at that step, else status.json's
+    final value when the step is the run's end (a final value is never scaled to an earlier step: a guess)."""
+    if step is not None and (x := x_at(run, axis, [step])) is not None:
+        return x[0]
+    if final in run.final_metrics and (step is None or run.last_step is None or step >= run.last_step):
+        return run.final_metrics[final]
+    return None
+
+
+def concurrent(runs: list[Run]) -> str:
+    """'' or one sentence naming the runs that trained at the same time on one host: their wall time and
+    tokens/s measure the machine's load too, not only the variant."""
+    spans = [r for r in runs if r.host and r.started is not None and r.ended is not None]
+    hosts: dict[str, set[str]] = {}
+    for a, b in itertools.combinations(spans, 2):
+        if a.host == b.host and a.started < b.ended and b.started < a.ended:
+            hosts.setdefault(a.host, set()).update((a.name, b.name))
+    if not hosts:
+        return ""
+    return ("Runs overlapped in time on one machine (" + "; ".join(f"{len(n)} runs on {h}" for h, n in hosts.items())
+            + "): their wall time and tokens/s reflect the machine's load, not only the variant; compare costs by "
+            "training FLOPs or tokens.")
+
+
+def cost_axis(variants: list, metric: str) -> tuple[tuple, str]:
+    """(the COSTS entry every variant has, so one axis serves them all; or () , the sentence that says which
+    cost the report uses and why)."""
+    for i, entry in enumerate(COSTS):
+        if variants and all(v.cost(metric, (entry,))[0] is not None for v in variants):
+            why = "" if i == 0 else f" ({COSTS[0][2]} were not recorded by every run: {COSTS[0][1]} in status.json " \
+                                    f"or {X_AXES[COSTS[0][0]]} in metrics.csv)"
+            return (entry,), f"Cost: {entry[2]} up to the compared step, median over seeds{why}."
+    return (), "Cost: no run recorded training FLOPs or tokens seen; only parameters and measured speed are shown."
 
 
 @dataclass
@@ -150,10 +209,24 @@ class Variant:
         counts = {r.params.get(kind) for r in self.runs} - {None}
         return counts.pop() if len(counts) == 1 else None
 
-    def throughput(self) -> float | None:
-        """Median over the variant's runs of each run's median global tokens/s (all its logged steps)."""
-        per_run = [median(r.series("perf/tokens_per_s_global")[1]) for r in self.runs]
+    def rate(self, column: str) -> float | None:
+        """Median over the variant's runs of each run's median of a rate (all its logged steps): the one
+        figure the summary, the metrics table and the cost chart show for it."""
+        per_run = [median(r.series(column)[1]) for r in self.runs]
         return median([v for v in per_run if v is not None])
+
+    def throughput(self) -> float | None:
+        return self.rate("perf/tokens_per_s_global")
+
+    def cost(self, metric: str, costs: tuple = COSTS) -> tuple[float | None, str]:
+        """(median over the runs of their machine-independent cost up to the step the metric is read at, its
+        name): training FLOPs when every run recorded them, else tokens seen; (None, "") when neither."""
+        for axis, final, words in costs:
+            steps = [p[0] if (p := self.budget.point(r, metric)) is not None else r.last_step for r in self.runs]
+            per_run = [run_cost(r, axis, final, s) for r, s in zip(self.runs, steps)]
+            if per_run and all(c is not None for c in per_run):
+                return median(per_run), words
+        return None, ""
 
 
 def group_variants(runs: list[Run], ignore: tuple[str, ...] = ()) -> tuple[list[Variant], list[str]]:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -843,3 +844,77 @@ def test_smoothing_in_a_browser_never_moves_a_validation_point_or_the_schedule(t
     shown = {title: [y for ys in traces for y in ys] for title, traces in shown.items()}
     assert shown["val/loss"] == pytest.approx(logged["val/loss"]) and shown["lr-AdamW"] == pytest.approx(logged["lr-AdamW"])
     assert shown["train/loss"] != pytest.approx(logged["train/loss"])
+
+
+# ---------------------------------------------------------------------------------------------- costs
+
+def _cost_runs(root: Path, flops: bool, overlap: bool) -> Path:
+    """d=1 and d=2, 2 seeds: 10 steps of 100 tokens; FLOPs 6 x params x tokens (params 1000 x d) in status.json
+    when `flops`; each run 60 s on one host, all at once when `overlap`, else one after the other."""
+    for job, (d, seed) in enumerate((d, s) for d in (1, 2) for s in (1, 2)):
+        rows = [{"step": s, "val/loss": 3.0 - d / 10 + seed / 100, "perf/tokens_seen": 100.0 * s,
+                 "perf/tokens_per_s_global": 1000.0 * (job + 1) + s} for s in (5, 10)]
+        start = 1_700_000_000 + (0 if overlap else 100 * job)
+        status = {"state": "completed", "host": "node1", "started": datetime.fromtimestamp(start, UTC).isoformat(),
+                  "ended": datetime.fromtimestamp(start + 60, UTC).isoformat(),
+                  "metrics": {"cost/train_flops": 6.0 * 1000 * d * 1000, "cost/tokens": 1000.0} if flops else {}}
+        write_run(root / str(job), {"name": "x", "seed": seed, "d": d}, rows, params=1000 * d, status=status)
+    return root
+
+
+def test_the_default_cost_is_training_flops_and_tokens_seen_with_a_note_when_flops_are_missing(tmp_path):
+    """The only cost axes were active parameters and tokens/s (a measure of the machine's load as much as of
+    the variant)."""
+    report = collect([_cost_runs(tmp_path / "a", flops=True, overlap=False)])
+    row = {v[0].text: dict(zip(report.tables[0].header, v)) for v in report.tables[0].rows}
+    assert row["d=2"]["training FLOPs (median)"].value == 6.0 * 2000 * 1000  # 6 N D
+    assert "Cost: training FLOPs up to the compared step, median over seeds." in report.intro()
+    (first, *_), = [charts for title, charts in report.sections if title == "Quality vs cost"]
+    assert first[0] == "val/loss vs training FLOPs" and sorted(first[1].data[0].x) == [6e6, 1.2e7]
+    assert first[1].layout.xaxis.tickformat == ".3s"
+    tokens = collect([_cost_runs(tmp_path / "b", flops=False, overlap=False)])
+    assert "tokens seen (median)" in tokens.tables[0].header and "training FLOPs (median)" not in tokens.tables[0].header
+    assert ("Cost: tokens seen up to the compared step, median over seeds (training FLOPs were not recorded by every "
+            "run: cost/train_flops in status.json or perf/flops_seen in metrics.csv).") in tokens.intro()
+    assert {v.cost("val/loss")[0] for v in tokens.variants} == {1000.0}  # perf/tokens_seen at step 10
+    from lab.report.variants import run_cost
+
+    run = report.runs[0]  # FLOPs only as status.json's final value (step 10): never scaled to an earlier step
+    assert run_cost(run, "flops", "cost/train_flops", 10) == 6e6 and run_cost(run, "flops", "cost/train_flops", 5) is None
+
+
+def test_concurrent_runs_get_a_note_and_their_speed_no_pareto_front(tmp_path):
+    report = collect([_cost_runs(tmp_path / "a", flops=True, overlap=True)])
+    assert any(line.startswith("Runs overlapped in time on one machine (4 runs on node1)") for line in report.intro())
+    assert "tokens/s (median, concurrent runs)" in report.tables[0].header
+    speed = dict(dict(report.sections)["Quality vs cost"])["val/loss vs tokens/s"]
+    assert "concurrent runs" in speed.layout.title.text and [t.name for t in speed.data] == ["variants"]
+    apart = collect([_cost_runs(tmp_path / "b", flops=True, overlap=False)])
+    assert not any("overlapped" in line for line in apart.intro()) and "tokens/s (median)" in apart.tables[0].header
+    speed = dict(dict(apart.sections)["Quality vs cost"])["val/loss vs tokens/s"]
+    assert [t.name for t in speed.data] == ["variants", "Pareto front"]
+    hosts = _cost_runs(tmp_path / "c", flops=True, overlap=True)
+    for job in (1, 3):  # at the same time, on two machines: one job each
+        status = json.loads((hosts / str(job) / "status.json").read_text())
+        (hosts / str(job) / "status.json").write_text(json.dumps({**status, "host": "node2"}))
+    assert [line for line in collect([hosts]).intro() if "overlapped" in line] == [
+        "Runs overlapped in time on one machine (2 runs on node1; 2 runs on node2): their wall time and tokens/s "
+        "reflect the machine's load, not only the variant; compare costs by training FLOPs or tokens."]
+
+
+def test_one_figure_per_variant_for_its_speed_in_every_table(tmp_path):
+    """The summary showed the median of the runs' medians, the metrics table the mean ± std at the compared step."""
+    report = collect([_cost_runs(tmp_path, flops=True, overlap=False)])
+    summary = {r[0].text: dict(zip(report.tables[0].header, r)) for r in report.tables[0].rows}
+    metrics = {r[0].text: dict(zip(report.tables[1].header, r)) for r in report.tables[1].rows}
+    for label in ("d=1", "d=2"):
+        assert summary[label]["tokens/s (median)"].value == metrics[label]["perf/tokens_per_s_global (median)"].value
+    # jobs 0, 1 (d=1): run medians 1007.5 and 2007.5, their median 1507.5
+    assert metrics["d=1"]["perf/tokens_per_s_global (median)"].value == pytest.approx(1507.5)
+
+
+def test_a_single_variant_gets_no_empty_cost_charts(tmp_path):
+    root = _cost_runs(tmp_path, flops=True, overlap=False)
+    for job in (2, 3):
+        shutil.rmtree(root / str(job))
+    assert "Quality vs cost" not in dict(collect([root]).sections)
