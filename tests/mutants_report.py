@@ -13,6 +13,9 @@ SMOOTH_PAGE = T + "test_smoothing_in_a_browser_never_moves_a_validation_point_or
 COST = T + "test_the_default_cost_is_training_flops_and_tokens_seen_with_a_note_when_flops_are_missing"
 CONCURRENT = T + "test_concurrent_runs_get_a_note_and_their_speed_no_pareto_front"
 ONE_FIGURE = T + "test_one_figure_per_variant_for_its_speed_in_every_table"
+PRESETS = T + "test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_difference_in_one_table"
+PRESETS3 = T + "test_three_presets_and_a_key_swept_beside_them_stay_separate_factors"
+TASKS = T + "test_runs_of_different_tasks_or_metrics_are_refused_and_runs_lacking_the_metric_named"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -44,4 +47,14 @@ MUTANTS = [
      "a.started < b.ended and b.started < a.ended", "a.started <= b.ended", [CONCURRENT]),
     ("lab.report: the metrics table shows speed at the compared step", "lab/report/tables.py",
      "            if is_rate(c):\n", "            if False:\n", [ONE_FIGURE]),
+    ("lab.report: keys that change together stay separate factors", "lab/report/variants.py",
+     "        if len(ks) == 1:\n            factors.append(ks[0])", "        if True:\n            factors.append(ks[0])", [PRESETS]),
+    ("lab.report: a factor is named by the experiment though a name spans two of its values", "lab/report/variants.py",
+     "(names[i] == names[j]) == (sig[i] == sig[j])", "True", [PRESETS3]),
+    ("lab.report: runs of two tasks are ranked together", "lab/report/__init__.py",
+     "    if len(tasks) > 1:\n", "    if False:\n", [TASKS]),
+    ("lab.report: runs optimising different metrics are ranked by the first's", "lab/report/__init__.py",
+     "if metric is None and len(optimized) > 1:", "if False:", [TASKS]),
+    ("lab.report: runs lacking the metric are not named", "lab/report/__init__.py",
+     "lacking = [r.name for r in runs if not r.series(metric)[1]]", "lacking = []", [TASKS]),
 ]

@@ -21,6 +21,7 @@ from lab.report.variants import (
     common_step,
     concurrent,
     cost_axis,
+    factorize,
     group_variants,
     ignored_note,
     metric_columns,
@@ -37,7 +38,7 @@ class Report:
     runs: list[Run]
     variants: list[Variant]
     baseline: Variant
-    keys: list[str]
+    keys: list[str]  # the factors: a choice key, or a name for keys that change together (factorize)
     skipped: list[Skipped]
     budget: Budget
     budget_note: str  # where the runs are compared, in words: said above the summary
@@ -118,8 +119,30 @@ def pick_budget(runs: list[Run], metric: str, budget: str, which: str) -> tuple[
     return at, note
 
 
+def check_comparable(runs: list[Run], metric: str | None) -> None:
+    """Runs of different tasks (an LM's val/loss is not a classifier's), or optimising different metrics when
+    --metric is not given, are refused in one line: never ranked against each other."""
+    tasks: dict[str, list[Run]] = {}
+    for r in runs:
+        tasks.setdefault(str(r.config.get("task._target_")).rsplit(".", 1)[-1], []).append(r)
+    if len(tasks) > 1:
+        said = ", ".join(f"{t}: {len(rs)} run(s) such as {rs[0].name}" for t, rs in tasks.items())
+        raise LabError(f"these runs are of {len(tasks)} tasks ({said}); their metrics are not comparable: report each "
+                       "task's runs on its own")
+    optimized = {str(r.config.get("optimized_metric")) for r in runs} - {"None"}
+    if metric is None and len(optimized) > 1:
+        raise LabError(f"these runs optimise different metrics ({', '.join(sorted(optimized))}); pass --metric to "
+                       "choose the one they are compared by")
+
+
+def missing_note(runs: list[Run], metric: str) -> str:
+    """Which runs never logged the metric (left out of every number, shown in the runs table)."""
+    lacking = [r.name for r in runs if not r.series(metric)[1]]
+    return (f"{metric} was not logged by {len(lacking)} of {len(runs)} runs: {', '.join(lacking)}." if lacking else "")
+
+
 def collect(paths: list[Path], metric: str | None = None, baseline: str | None = None, budget: str = "common",
-            which: str = "final", ignore: tuple[str, ...] = ()) -> Report:
+            which: str = "final", ignore: tuple[str, ...] = (), label: str | None = None) -> Report:
     """budget: "common" (every run read at the largest step all runs with a value reached) or "finished"
     (finished runs only, at their end); which: "final" value there, or the "best" one up to there.
     ignore: config keys (or "prefix." groups) that do not make a variant, e.g. settings that lab added or moved
@@ -137,10 +160,12 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
         if not runs:
             raise LabError("--budget finished: no run has finished yet; leave it out to compare the runs at the "
                            "largest step they all reached")
+    check_comparable(runs, metric)
     columns = metric_columns(runs)
     metric = pick_metric(runs, columns, metric)
     at, budget_note = pick_budget(runs, metric, budget, which)
     variants, keys = group_variants(runs, ignore)
+    factors = factorize(variants, keys, label)
     budget_note = " ".join(n for n in (budget_note, ignored_note(runs, ignore)) if n)
     for v in variants:
         v.budget = at
@@ -152,17 +177,17 @@ def collect(paths: list[Path], metric: str | None = None, baseline: str | None =
     moe = charts.moe_charts(variants, columns)
     sections = [
         ("Curves", charts.curves(variants, [c for c in curve_cols if not is_moe(c)])),
-        ("Sweep", charts.sweep_view(variants, keys, metric)),
+        ("Sweep", charts.sweep_view(variants, factors, metric)),
         ("Quality vs cost", charts.cost_scatter(variants, metric, costs, bool(overlap))),
         ("MoE routing", moe + charts.curves(variants, [c for c in curve_cols if is_moe(c) and "expert_" not in c])),
     ]
-    table_list = [tables.summary(variants, keys, metric, base, costs, bool(overlap)), tables.final_metrics(variants, columns),
-                  tables.runs_table(variants, metric)]
+    table_list = [tables.summary(variants, factors, metric, base, costs, bool(overlap)), tables.final_metrics(variants, columns),
+                  tables.runs_table(variants, metric), tables.config_difference(variants, keys)]
     if skipped:
         table_list.append(tables.skipped_table(skipped))
     title = f"lab report: {len(variants)} variants, {len(runs)} runs in {shown_path(root)}"
-    return Report(title, metric, runs, variants, base, keys, skipped, at, budget_note, table_list,
-                  [s for s in sections if s[1]], [n for n in (cost_note, overlap) if n])
+    return Report(title, metric, runs, variants, base, factors, skipped, at, budget_note, table_list,
+                  [s for s in sections if s[1]], [n for n in (missing_note(runs, metric), cost_note, overlap) if n])
 
 
 def shown_path(path: Path) -> str:

@@ -25,7 +25,7 @@ def render(args) -> Path:
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
-    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore))
+    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore), args.label)
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="config keys that do not make a variant (a key ending in '.' names every key under it), "
                              "e.g. settings added or moved between the lab versions that wrote the runs; the report "
                              "names them and their values")
+    parser.add_argument("--label", default=None,
+                        help="the name of the choice made of keys that change together (two presets, a recipe against "
+                             "its baseline); default: 'experiment' when the runs' names tell them apart")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")

@@ -33,6 +33,15 @@ def smoothable(runs, column: str) -> bool:
     return column.startswith("train/") and any(len(r.series(column)[1]) >= SMOOTH_MIN_POINTS for r in runs)
 
 
+# Legend entries and point labels longer than this are cut with "…" (the full label is in the summary, the hover
+# and the config difference): a 16-key preset label left the plot a sliver beside its legend.
+LABEL_MAX = 32
+
+
+def bounded(text: str) -> str:
+    return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
+
+
 def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
@@ -99,23 +108,23 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                 xs = {axis: x + x[::-1] for axis, x in _mean_x(v, steps).items()}
                 fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
                                          fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
-                                         legendgroup=v.label, name=f"{v.label} ± std", meta=dict(kind="band", x=xs, smooth=smooth)))
+                                         legendgroup=v.label, name=f"{bounded(v.label)} ± std", meta=dict(kind="band", x=xs, smooth=smooth)))
             n_text = f"n={min(n)}-{max(n)}" if min(n) != max(n) else f"n={n[0]}"
             fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
                                      line=dict(color=color(i), width=1.6), legendgroup=v.label, customdata=n,
-                                     name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
+                                     name=f"{bounded(v.label)} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
                                      meta=dict(kind="mean", x=_mean_x(v, steps), smooth=smooth)))
             for r in v.runs:
                 xs, ys = finite_series(r, column)
                 if r.diverged_at is not None and xs:  # where it diverged: always shown, never a silent gap
                     fig.add_trace(go.Scatter(x=[xs[-1]], y=[ys[-1]], mode="markers", legendgroup=v.label,
                                              marker=dict(symbol="x", size=11, color=color(i)),
-                                             name=f"{v.label} {v.seed_label(r)} diverged at step {r.diverged_at:,}",
+                                             name=f"{bounded(v.label)} {v.seed_label(r)} diverged at step {r.diverged_at:,}",
                                              hovertemplate=f"diverged at step {r.diverged_at:,}<extra></extra>"))
                 if len(v.runs) > 1 and xs:
                     flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
-                                             line=dict(color=color(i), width=0.8, dash="dot"), name=f"{v.label} {v.seed_label(r)}{flag}",
+                                             line=dict(color=color(i), width=0.8, dash="dot"), name=f"{bounded(v.label)} {v.seed_label(r)}{flag}",
                                              hovertemplate="%{y:.4g}",
                                              meta=dict(kind="seed", smooth=smooth,
                                                        x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
@@ -151,9 +160,9 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
             values = v.values(metric)
             xs += [v.choices[key]] * len(values)
             ys += list(values.values())
-            labels += [f"{v.label} {seed}" for seed in values]
+            labels += [f"{bounded(v.label)} {seed}" for seed in values]
             if values:
-                rest = " ".join(f"{k.rsplit('.', 1)[-1]}={v.choices[k]}" for k in keys if k != key)
+                rest = bounded(" ".join(f"{k.rsplit('.', 1)[-1]}={v.choices[k]}" for k in keys if k != key))
                 means.setdefault(rest, []).append((v.choices[key], sum(values.values()) / len(values)))
         x_all, numeric = _axis_values(xs)
         fig.add_trace(go.Scatter(x=x_all, y=ys, mode="markers", name="runs", text=labels, marker=dict(size=8, opacity=0.6),
@@ -208,7 +217,7 @@ def cost_scatter(variants: list[Variant], metric: str, costs: tuple, concurrent:
             x = (v.cost(metric, costs)[0] if costs else None) if cost == "cost" else v.param("active") if cost == "active" else v.throughput()
             if stat is not None and x is not None:
                 points.append((float(x), stat.mean))
-                names.append(v.label)
+                names.append(bounded(v.label))
                 errors.append(stat.std or 0.0)
                 colors.append(color(i))
         if len(points) < 2:
@@ -264,7 +273,7 @@ def moe_charts(variants: list[Variant], columns: list[str]) -> list[tuple[str, g
                 vals = [x for x in vals if x is not None]
                 means.append(sum(vals) / len(vals))
             if steps:
-                fig.add_trace(go.Scatter(x=steps, y=means, name=v.label, line=dict(color=color(i))))
+                fig.add_trace(go.Scatter(x=steps, y=means, name=bounded(v.label), line=dict(color=color(i))))
         out.append(("dropped share", _layout(fig, f"dropped token share ({stage.rstrip('/')}, mean over layers)", "step", "share")))
     return out
 

@@ -111,14 +111,14 @@ def render(report: Report) -> str:
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
 
     title = html.escape(report.title)
-    summary, metrics, runs, *skipped = report.tables
+    by_name = {t.name: t for t in report.tables}
     n_charts = sum(len(charts) for _, charts in report.sections)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),
-        "<h2>Summary</h2>", table(summary),
+        "<h2>Summary</h2>", table(by_name["summary"]),
     ]
     i = 0
     axes = {a for _, charts in report.sections for _, fig in charts for t in fig.data
@@ -131,8 +131,12 @@ def render(report: Report) -> str:
             i += 1
         parts.append("</div>")
     parts += examples(report)
-    parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
-    if skipped:
-        parts += ["<h2>Not shown</h2>", table(skipped[0])]
+    parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(by_name["metrics"]),
+              "<h2>Runs</h2>", table(by_name["runs"])]
+    if by_name["config"].rows:  # collapsed: two presets differ in dozens of keys
+        parts += [f"<details><summary><h2 style='display:inline'>Config difference ({len(by_name['config'].rows)} keys)"
+                  "</h2></summary>", table(by_name["config"]), "</details>"]
+    if "skipped" in by_name:
+        parts += ["<h2>Not shown</h2>", table(by_name["skipped"])]
     parts.append("</body></html>")
     return "".join(parts)

@@ -161,6 +161,14 @@ def runs_table(variants: list[Variant], metric: str) -> Table:
     return table
 
 
+def config_difference(variants: list[Variant], keys: list[str]) -> Table:
+    """Every config key that differs between the variants (seeds, locations and --ignore'd keys aside), one
+    column per variant: the whole difference behind the factors the summary shows."""
+    table = Table("config", ["key", *(v.label for v in variants)])
+    table.rows = [[Cell(k), *(_c(v.settings.get(k)) for v in variants)] for k in keys]
+    return table
+
+
 def skipped_table(skipped: list[Skipped]) -> Table:
     table = Table("skipped", ["directory", "why it is not shown"])
     table.rows = [[Cell(str(s.path)), Cell(s.reason)] for s in skipped]

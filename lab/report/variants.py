@@ -7,6 +7,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from lab.errors import LabError
 from lab.report.runs import DEAD, Run
 from lab.report.stats import Stat, median, metric_direction
 
@@ -173,9 +174,10 @@ def read_steps(runs: list[Run], metric: str, budget: Budget) -> list[float]:
 class Variant:
     """Runs that differ only by seed (and location)."""
     label: str
-    choices: dict[str, object]  # choice key -> value
+    choices: dict[str, object]  # factor (a choice key, or keys that change together: factorize) -> value
     runs: list[Run] = field(default_factory=list)
     budget: Budget = field(default_factory=Budget)
+    settings: dict[str, object] = field(default_factory=dict)  # every choice key -> value (the config difference)
 
     def seed_label(self, run: Run) -> str:
         return ",".join(f"{k}={v}" for k, v in sorted(run.config.items()) if is_seed(k)) or run.name
@@ -248,6 +250,44 @@ def group_variants(runs: list[Run], ignore: tuple[str, ...] = ()) -> tuple[list[
         for v in variants:
             v.label = str(v.runs[0].config.get("name"))
     return variants, keys
+
+
+def short_key(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def factorize(variants: list[Variant], keys: list[str], label: str | None = None) -> list[str]:
+    """Choice keys whose values change together across the variants (two presets differ in 16 keys: one
+    choice, not 16) become one factor: named `label` when given, else "experiment" when the runs' names tell
+    those variants apart (the preset or experiment), else by its first key and the count of the others; its
+    values the names, else "#1", "#2" in order. A key that changes on its own stays a factor of its own.
+    Sets each variant's choices to its factors' values (its settings keep every key) and relabels the variants
+    whose label was built from the keys. -> the factors."""
+    groups: dict[tuple, list[str]] = {}
+    for k in keys:
+        seen: dict[str, int] = {}
+        groups.setdefault(tuple(seen.setdefault(repr(v.choices[k]), len(seen)) for v in variants), []).append(k)
+    multi = [ks for ks in groups.values() if len(ks) > 1]
+    if label is not None and len(multi) != 1:
+        raise LabError(f"--label {label} names the one set of keys that change together, but these variants have "
+                       f"{len(multi)} such sets; leave --label out")
+    names = [str(v.runs[0].config.get("name")) for v in variants]
+    factors, values = [], []
+    for sig, ks in groups.items():
+        if len(ks) == 1:
+            factors.append(ks[0])
+            values.append([v.choices[ks[0]] for v in variants])
+            continue
+        named = all(len({str(r.config.get("name")) for r in v.runs}) == 1 for v in variants) and all(
+            (names[i] == names[j]) == (sig[i] == sig[j]) for i in range(len(variants)) for j in range(len(variants)))
+        factors.append(label or ("experiment" if named else f"{short_key(ks[0])} +{len(ks) - 1} keys"))
+        values.append(names if named else [f"#{i + 1}" for i in sig])
+    for i, v in enumerate(variants):
+        by_keys = v.label == " ".join(f"{short_key(k)}={x}" for k, x in v.choices.items())
+        v.settings, v.choices = v.choices, {f: vals[i] for f, vals in zip(factors, values)}
+        if by_keys:
+            v.label = " ".join(f"{short_key(f)}={x}" for f, x in v.choices.items())
+    return factors
 
 
 def sort_variants(variants: list[Variant], metric: str) -> list[Variant]:

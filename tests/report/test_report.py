@@ -17,6 +17,7 @@ import pytest
 import yaml
 from conftest import ROOT, TINY_LM, run_dirs, run_module, train
 
+from lab.errors import LabError
 from lab.report import collect
 from lab.report.format import fmt, fmt_duration, fmt_pm
 from lab.report.stats import compare, holm, pareto_front
@@ -222,12 +223,24 @@ def test_runs_in_progress_crashed_failed_and_empty_are_all_accounted_for(tmp_pat
     assert "## Not shown" in md and "no csv/metrics.csv yet" in md
 
 
-def test_a_mix_of_tasks_leaves_cells_empty_where_a_run_did_not_log(tmp_path):
-    write_run(tmp_path / "lm", {"task": "lm", "optimized_metric": "val/loss"}, [{"step": 9, "val/loss": 2.0}])
-    write_run(tmp_path / "clf", {"task": "clf", "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
-    metrics = collect([tmp_path]).tables[1]
-    cells = {row[0].text.split()[-1]: dict(zip(metrics.header, (c.text for c in row))) for row in metrics.rows}
-    assert cells["task=lm"]["val/acc"] == "" and cells["task=clf"]["val/acc"] == "0.8"
+def test_runs_of_different_tasks_or_metrics_are_refused_and_runs_lacking_the_metric_named(tmp_path):
+    """Issue 48: an LM run and a classifier run had their val/loss ranked against each other (the classifier
+    bolded best); with --metric val/acc the run that never logged it was left blank without a note."""
+    lm = {"task": {"_target_": "lab.tasks.language_model.LanguageModelTask"}, "optimized_metric": "val/loss"}
+    write_run(tmp_path / "tasks" / "lm", lm, [{"step": 9, "val/loss": 2.0}])
+    write_run(tmp_path / "tasks" / "clf", {"task": {"_target_": "lab.tasks.classification.ClassificationTask"},
+                                           "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
+    result = run_module("lab.report", [str(tmp_path / "tasks")], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and not (tmp_path / "tasks" / "report.md").exists()
+    assert ("error: these runs are of 2 tasks (ClassificationTask: 1 run(s) such as clf, LanguageModelTask: 1 run(s) "
+            "such as lm); their metrics are not comparable") in result.stderr
+    for d, metric in (("a", "val/loss"), ("b", "val/ppl")):  # one task, two metrics optimised
+        write_run(tmp_path / "metrics" / d, {**lm, "d": d, "optimized_metric": metric}, [{"step": 9, "val/loss": 2.0}])
+    with pytest.raises(LabError, match=r"these runs optimise different metrics \(val/loss, val/ppl\); pass --metric"):
+        collect([tmp_path / "metrics"])
+    write_run(tmp_path / "metrics" / "c", {**lm, "d": "c"}, [{"step": 9, "val/loss": 2.1, "val/ppl": 8.0}])
+    report = collect([tmp_path / "metrics"], metric="val/ppl")
+    assert "val/ppl was not logged by 2 of 3 runs: a, b." in report.intro()
 
 
 def test_files_it_did_not_write_are_not_replaced(tmp_path):
@@ -249,7 +262,7 @@ def test_tables_go_to_wandb_under_the_sweeps_group(tmp_path):
     assert f"W&B: report tables logged to group abl/lr0.001/seed1/{root.name} (offline)" in result.stderr
     (offline,) = (root / "wandb").glob("offline-run-*")
     tables = sorted(p.name.split("_")[0] for p in (offline / "files" / "media" / "table" / "report").iterdir())
-    assert tables == ["metrics", "runs", "summary"]
+    assert tables == ["config", "metrics", "runs", "summary"]
     assert f"abl/lr0.001/seed1/{root.name}".encode() in next(offline.glob("run-*.wandb")).read_bytes()
     # a second render (as --watch does) updates the same W&B run, not a new one in the group
     assert run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env).returncode == 0
@@ -303,7 +316,7 @@ def test_report_of_a_real_sweep_has_every_run_and_metric(sweep):
     for run in runs:
         assert f"<tr><td>{run.name}</td>" in html and f"\n| {run.name} |" in md
         for column in _columns(run):
-            assert f"<th>{column}</th>" in html, column
+            assert f"<th>{column}</th>" in html or f"<th>{column} (median)</th>" in html, column  # speeds: median
     assert "| n_layers=1 | 1 | 2 |" in md or "| **n_layers=1** | **1** | **2** |" in md
     for expected in ("train/loss", "val/loss", "perf/tokens_per_s", "val/loss by model.n_layers"):
         assert f'title="{expected}"' in html
@@ -919,3 +932,69 @@ def test_a_single_variant_gets_no_empty_cost_charts(tmp_path):
     for job in (2, 3):
         shutil.rmtree(root / str(job))
     assert "Quality vs cost" not in dict(collect([root]).sections)
+
+
+# ---------------------------------------------------------------------------------------------- any two runs
+
+PRESET = {"name": "gpt_nano_char", "optimized_metric": "val/loss", "model": {"positions": "learned", "norm": "layernorm",
+          "n_layers": 4}, "task": {"optimizer": {"lr": 1e-3, "kind": "adamw"}, "scheduler": {"warmup_steps": 100}}}
+FAST = {"name": "gpt_nano_char_fast", "model": {"positions": "rotary", "norm": "rmsnorm", "n_layers": 4},
+        "task": {"optimizer": {"lr": 3e-3, "kind": "muon"}, "scheduler": {"warmup_steps": 20}}}
+
+
+def _presets(root: Path, presets: list[dict], seeds=(1, 2)) -> Path:
+    import copy
+
+    for i, over in enumerate(presets):
+        cfg = copy.deepcopy(PRESET)
+        for group in ("model", "task"):
+            cfg[group] = {**cfg[group], **over.get(group, {})}
+        cfg["name"] = over.get("name", cfg["name"])
+        for seed in seeds:
+            rows = [{"step": s, "val/loss": 3.0 - s / 1000 - i / 10 + seed / 100, "train/loss": 3.5 - i / 10} for s in (50, 100)]
+            write_run(root / f"{i}-{seed}", {**cfg, "seed": seed}, rows, params=1000)
+    return root
+
+
+def test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_difference_in_one_table(tmp_path):
+    """Each of the keys two presets differ in became a swept choice: a chart per key, a parallel-coordinates
+    view over all of them and a summary column per key."""
+    report = collect([_presets(tmp_path, [{}, FAST])])
+    assert report.keys == ["experiment"] and sorted(v.label for v in report.variants) == ["gpt_nano_char", "gpt_nano_char_fast"]
+    assert report.tables[0].header[:3] == ["variant", "experiment", "n"]
+    assert [t for t, _ in dict(report.sections)["Sweep"]] == ["val/loss by experiment"]  # no parallel coordinates
+    config = next(t for t in report.tables if t.name == "config")
+    assert [r[0].text for r in config.rows] == ["model.norm", "model.positions", "task.optimizer.kind", "task.optimizer.lr",
+                                                 "task.scheduler.warmup_steps"]
+    by_label = {v.label: i for i, v in enumerate(report.variants)}
+    fast = next(r for r in config.rows if r[0].text == "model.positions")[1 + by_label["gpt_nano_char_fast"]]
+    assert fast.text == "rotary"
+    named = collect([tmp_path], label="recipe")
+    assert named.keys == ["recipe"] and named.tables[0].header[1] == "recipe"
+
+
+def test_three_presets_and_a_key_swept_beside_them_stay_separate_factors(tmp_path):
+    """Three presets: one factor when every key tells all three apart; when one preset shares some keys with
+    another, those keys are a factor of their own (#1, #2, #2) beside the key that changes alone."""
+    third = {"name": "gpt_nano_char_mid", "model": {"positions": "alibi", "norm": "none", "n_layers": 4},
+             "task": {"optimizer": {"lr": 2e-3, "kind": "lion"}, "scheduler": {"warmup_steps": 50}}}
+    report = collect([_presets(tmp_path / "a", [{}, FAST, third])])
+    assert report.keys == ["experiment"] and len(report.variants) == 3
+    mid = {**third, "model": FAST["model"], "task": {**FAST["task"], "scheduler": {"warmup_steps": 100}}}
+    report = collect([_presets(tmp_path / "m", [{}, FAST, mid])])
+    assert report.keys == ["norm +3 keys", "task.scheduler.warmup_steps"]
+    assert {v.label: v.choices["norm +3 keys"] for v in report.variants} == {
+        "gpt_nano_char": "#1", "gpt_nano_char_fast": "#2", "gpt_nano_char_mid": "#2"}
+    for d in range(3):  # the same name for all: the factor cannot be named by the experiment
+        for seed in (1, 2):
+            write_run(tmp_path / "b" / f"{d}-{seed}", {"name": "x", "seed": seed, "a": d, "b": -d}, [{"step": 9, "val/loss": 2.0 + d}])
+    report = collect([tmp_path / "b"])
+    assert report.keys == ["a +1 keys"] and [v.choices["a +1 keys"] for v in report.variants] == ["#1", "#2", "#3"]
+    with pytest.raises(LabError, match="--label x names the one set of keys that change together, but these variants have 0"):
+        collect([_ablation(tmp_path / "c")], label="x")
+
+
+def test_legend_and_point_labels_are_bounded():
+    from lab.report.charts import LABEL_MAX, bounded
+
+    assert bounded("x" * LABEL_MAX) == "x" * LABEL_MAX and bounded("x" * 100) == "x" * (LABEL_MAX - 1) + "…"
