@@ -16,6 +16,8 @@ ONE_FIGURE = T + "test_one_figure_per_variant_for_its_speed_in_every_table"
 PRESETS = T + "test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_difference_in_one_table"
 PRESETS3 = T + "test_three_presets_and_a_key_swept_beside_them_stay_separate_factors"
 TASKS = T + "test_runs_of_different_tasks_or_metrics_are_refused_and_runs_lacking_the_metric_named"
+TAGS = "tests/runtime/trainer/test_wandb.py::test_a_sweep_jobs_tags_are_its_choices_and_its_name_carries_the_variant"
+REPORT_WANDB = T + "test_tables_go_to_wandb_under_the_sweeps_group"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -57,4 +59,10 @@ MUTANTS = [
      "if metric is None and len(optimized) > 1:", "if False:", [TASKS]),
     ("lab.report: runs lacking the metric are not named", "lab/report/__init__.py",
      "lacking = [r.name for r in runs if not r.series(metric)[1]]", "lacking = []", [TASKS]),
+    ("W&B: seeds are tags", "lab/runtime/trainer/loggers.py",
+     'tags = [o[:64] for o in kept if key(o).rsplit(".", 1)[-1] != "seed"]', "tags = [o[:64] for o in kept]", [TAGS]),
+    ("W&B: the run name leaves out the variant", "lab/runtime/trainer/loggers.py",
+     'return tags, f"{name}-{num} {short}".strip()[:128]', 'return tags, f"{name}-{num}"', [TAGS]),
+    ("lab.report: its own W&B run is written in the sweep directory", "lab/report/wandb_table.py",
+     "dir=str(wandb_dir(sweep))", "dir=str(sweep)", [REPORT_WANDB]),
 ]

@@ -260,14 +260,16 @@ def test_tables_go_to_wandb_under_the_sweeps_group(tmp_path):
     result = run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert f"W&B: report tables logged to group abl/lr0.001/seed1/{root.name} (offline)" in result.stderr
-    (offline,) = (root / "wandb").glob("offline-run-*")
+    assert not (root / "wandb").exists()  # the report's own run is in no run directory and no glob of them
+    assert collect([Path(f"{root}/*")]).skipped == []
+    (offline,) = (root / ".lab_report" / "wandb").glob("offline-run-*")
     tables = sorted(p.name.split("_")[0] for p in (offline / "files" / "media" / "table" / "report").iterdir())
     assert tables == ["config", "metrics", "runs", "summary"]
     assert f"abl/lr0.001/seed1/{root.name}".encode() in next(offline.glob("run-*.wandb")).read_bytes()
     # a second render (as --watch does) updates the same W&B run, not a new one in the group
     assert run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env).returncode == 0
-    ids = {f.name for f in (root / "wandb").glob("offline-run-*/run-*.wandb")}
-    assert len(list((root / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1, ids
+    ids = {f.name for f in (root / ".lab_report" / "wandb").glob("offline-run-*/run-*.wandb")}
+    assert len(list((root / ".lab_report" / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1, ids
 
 
 def test_globs_select_runs(tmp_path):
