@@ -18,6 +18,8 @@ PRESETS3 = T + "test_three_presets_and_a_key_swept_beside_them_stay_separate_fac
 TASKS = T + "test_runs_of_different_tasks_or_metrics_are_refused_and_runs_lacking_the_metric_named"
 TAGS = "tests/runtime/trainer/test_wandb.py::test_a_sweep_jobs_tags_are_its_choices_and_its_name_carries_the_variant"
 REPORT_WANDB = T + "test_tables_go_to_wandb_under_the_sweeps_group"
+LIVE = T + "test_watch_makes_the_open_page_reload_itself_while_a_run_is_running"
+SEEN = T + "test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_for_the_plot"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -65,4 +67,8 @@ MUTANTS = [
      'return tags, f"{name}-{num} {short}".strip()[:128]', 'return tags, f"{name}-{num}"', [TAGS]),
     ("lab.report: its own W&B run is written in the sweep directory", "lab/report/wandb_table.py",
      "dir=str(wandb_dir(sweep))", "dir=str(sweep)", [REPORT_WANDB]),
+    ("lab.report --watch: the page reloads after every run ended", "lab/report/__main__.py",
+     'live = args.watch and any(r.status == "running" for r in report.runs)', "live = args.watch", [LIVE]),
+    ("lab.report: legends beside the plot", "lab/report/charts.py",
+     'orientation="h", yanchor="top", y=-0.18, x=0', "", [SEEN]),
 ]

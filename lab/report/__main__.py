@@ -29,7 +29,8 @@ def render(args) -> Path:
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
-    (out / "report.html").write_text(html.render(report))
+    live = args.watch and any(r.status == "running" for r in report.runs)
+    (out / "report.html").write_text(html.render(report, live=live))
     (out / "report.md").write_text(markdown.render(report))
     states = {}
     for r in report.runs:

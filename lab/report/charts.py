@@ -49,7 +49,9 @@ def color(i: int) -> str:
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_toggle: bool = True) -> go.Figure:
     fig.update_layout(title=dict(text=title, font=dict(size=13)), xaxis_title=x, yaxis_title=y, height=340,
                       margin=dict(l=55, r=10, t=55, b=40), hovermode="x unified", template="plotly_white",
-                      legend=dict(font=dict(size=10)), updatemenus=LOG_TOGGLE if log_toggle else [])
+                      # below the plot, not beside it: a legend of long variant labels left the plot a sliver
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.18, x=0),
+                      updatemenus=LOG_TOGGLE if log_toggle else [])
     return fig
 
 
@@ -143,7 +145,7 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
 
 def _axis_values(values: list) -> tuple[list, bool]:
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
-    return (values if numeric else [str(x) for x in values]), numeric
+    return (values if numeric else [bounded(str(x)) for x in values]), numeric
 
 
 def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tuple[str, go.Figure]]:

@@ -53,7 +53,8 @@ const sel=document.getElementById('xaxis'),lay={'xaxis.title.text':sel.options[s
 b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?null:b[axis];
 lay['shapes[0].visible']=lay['annotations[0].visible']=x!==null;if(x!==null){lay['shapes[0].x0']=lay['shapes[0].x1']=x;
 lay['annotations[0].x']=x}}Plotly.relayout(div,lay)}});
-document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0)}
+document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0);
+history.replaceState(null,'','#x='+axis+'&smooth='+w+'&seeds='+(seeds?1:0))}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
 if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
 const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value===h.get('x')))sel.value=h.get('x');
@@ -107,7 +108,13 @@ def examples(report: Report) -> list[str]:
     return parts
 
 
-def render(report: Report) -> str:
+# While `lab.report --watch` runs and some run is still going, the page reloads itself: the controls live in
+# the address (labControls writes them there), so a reload keeps them.
+LIVE_RELOAD_S = 5
+
+
+def render(report: Report, live: bool = False) -> str:
+    """live: the page reloads every LIVE_RELOAD_S seconds (--watch while some run is still running)."""
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
 
     title = html.escape(report.title)
@@ -115,9 +122,12 @@ def render(report: Report) -> str:
     n_charts = sum(len(charts) for _, charts in report.sections)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
+        f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live else "",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),
+        f'<p class="note live">Live: lab.report --watch re-renders as runs write; this page reloads every '
+        f'{LIVE_RELOAD_S} s until every run has ended.</p>' if live else "",
         "<h2>Summary</h2>", table(by_name["summary"]),
     ]
     i = 0

@@ -72,6 +72,7 @@ def summary(variants: list[Variant], keys: list[str], metric: str, baseline: Var
     """One row per variant: choices, n, the metric's mean ± std and 95% interval at the budget, the
     difference from the baseline with its interval, effect size and test (Holm-adjusted with several
     variants), how the runs ended, parameters, throughput, wall time. Best variant highlighted."""
+    keys = [k for k in keys if any(str(v.choices[k]) != v.label for v in variants)]  # "experiment" repeats the label
     short = [k.rsplit(".", 1)[-1] if sum(x.rsplit(".", 1)[-1] == k.rsplit(".", 1)[-1] for x in keys) == 1 else k for k in keys]
     cmps = comparisons(variants, metric, baseline)
     holm_note = " (Holm)" if any(c.p_adjusted is not None for c in cmps.values()) else ""

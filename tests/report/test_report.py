@@ -963,7 +963,7 @@ def test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_diffe
     view over all of them and a summary column per key."""
     report = collect([_presets(tmp_path, [{}, FAST])])
     assert report.keys == ["experiment"] and sorted(v.label for v in report.variants) == ["gpt_nano_char", "gpt_nano_char_fast"]
-    assert report.tables[0].header[:3] == ["variant", "experiment", "n"]
+    assert report.tables[0].header[:2] == ["variant", "n"]  # the experiment's name is the label: no column repeats it
     assert [t for t, _ in dict(report.sections)["Sweep"]] == ["val/loss by experiment"]  # no parallel coordinates
     config = next(t for t in report.tables if t.name == "config")
     assert [r[0].text for r in config.rows] == ["model.norm", "model.positions", "task.optimizer.kind", "task.optimizer.lr",
@@ -972,7 +972,7 @@ def test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_diffe
     fast = next(r for r in config.rows if r[0].text == "model.positions")[1 + by_label["gpt_nano_char_fast"]]
     assert fast.text == "rotary"
     named = collect([tmp_path], label="recipe")
-    assert named.keys == ["recipe"] and named.tables[0].header[1] == "recipe"
+    assert named.keys == ["recipe"] and [v.choices["recipe"] for v in named.variants] == [v.label for v in named.variants]
 
 
 def test_three_presets_and_a_key_swept_beside_them_stay_separate_factors(tmp_path):
@@ -1000,3 +1000,48 @@ def test_legend_and_point_labels_are_bounded():
     from lab.report.charts import LABEL_MAX, bounded
 
     assert bounded("x" * LABEL_MAX) == "x" * LABEL_MAX and bounded("x" * 100) == "x" * (LABEL_MAX - 1) + "…"
+
+
+# ---------------------------------------------------------------------------------------------- live
+
+def test_watch_makes_the_open_page_reload_itself_while_a_run_is_running(tmp_path):
+    """--watch re-rendered report.html, but the page a person had open never changed until reloaded by hand."""
+    import argparse
+
+    from lab.report.__main__ import render
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    args = argparse.Namespace(paths=[root], metric=None, baseline=None, budget="common", value="final", ignore=[],
+                              label=None, out=None, force=False, wandb="off", watch=True)
+    render(args)
+    assert 'http-equiv="refresh"' not in (root / "report.html").read_text()  # every run ended: a still page
+    (root / "0" / "train.log").write_text("... step 3\n")  # no end recorded, written just now: running
+    render(args)
+    page = (root / "report.html").read_text()
+    assert '<meta http-equiv="refresh" content="5">' in page and "this page reloads every 5 s" in page
+    assert "history.replaceState(null,'','#x='" in page  # the controls survive the reload in the address
+    args.watch = False
+    render(args)
+    assert 'http-equiv="refresh"' not in (root / "report.html").read_text()  # a saved report never reloads
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_for_the_plot(tmp_path):
+    """What a person sees of a two-preset report: every chart drawn, each marker inside its plot area, each
+    plot area at least half its chart's width (legends took ~45%), the config difference behind a click."""
+    from lab.report import html
+
+    root = _presets(tmp_path / "runs", [{}, {**FAST, "name": "gpt_nano_char_fast_with_a_much_longer_recipe_name"}])
+    probe = ("<script>setTimeout(()=>{const bad=[],narrow=[];document.querySelectorAll('.chart').forEach(d=>{"
+             "const area=d.querySelector('.nsewdrag');if(!area)return;const a=area.getBoundingClientRect(),"
+             "c=d.getBoundingClientRect();if(a.width<0.5*c.width)narrow.push(d.title);d.querySelectorAll('.point')"
+             ".forEach(p=>{const r=p.getBoundingClientRect(),x=(r.left+r.right)/2,y=(r.top+r.bottom)/2;"
+             "if(x<a.left-1||x>a.right+1||y<a.top-1||y>a.bottom+1)bad.push(d.title)})});"
+             "document.body.dataset.outside=JSON.stringify(bad);document.body.dataset.narrow=JSON.stringify(narrow)},3000)</script>")
+    page = root / "report.html"
+    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), tmp_path / "p")
+    _rendered(dom)
+    assert json.loads(html_unescape(re.search(r'data-outside="([^"]*)"', dom).group(1))) == []
+    assert json.loads(html_unescape(re.search(r'data-narrow="([^"]*)"', dom).group(1))) == []
+    assert re.search(r"<details><summary><h2[^>]*>Config difference \(5 keys\)</h2></summary>", dom)
