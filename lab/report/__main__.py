@@ -25,11 +25,13 @@ def render(args) -> Path:
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
-    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore), args.scaling)
+    report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore),
+                     scaling_view=args.scaling, label=args.label)
     out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
-    (out / "report.html").write_text(html.render(report))
+    live = args.watch and any(r.status == "running" for r in report.runs)
+    (out / "report.html").write_text(html.render(report, live=live))
     (out / "report.md").write_text(markdown.render(report))
     states = {}
     for r in report.runs:
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scaling", choices=("auto", "on", "off"), default="auto",
                         help="the scaling view (loss vs compute, fitted laws, compute multipliers; docs/ladders.md): "
                              "auto = when the runs differ in size")
+    parser.add_argument("--label", default=None,
+                        help="the name of the choice made of keys that change together (two presets, a recipe against "
+                             "its baseline); default: 'experiment' when the runs' names tell them apart")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")

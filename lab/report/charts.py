@@ -2,6 +2,7 @@
 Pareto front, and MoE expert load over steps. Each returns (title, figure); the HTML renderer inlines them."""
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -10,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from lab.report.stats import EXPERT, Stat, is_moe, metric_direction, pareto_front
-from lab.report.variants import X_AXES
+from lab.report.variants import X_AXES, x_at
 
 if TYPE_CHECKING:
     from lab.report.variants import Variant
@@ -22,6 +23,25 @@ LOG_TOGGLE = [dict(type="buttons", direction="left", x=1.0, xanchor="right", y=1
 ])]
 
 
+# Smoothing (the page's slider, off by default) applies to training curves with at least this many points per
+# run: a value compared between variants (validation, test) or a schedule (lr) is never moved by it.
+SMOOTH_MIN_POINTS = 20
+
+
+def smoothable(runs, column: str) -> bool:
+    """A dense training curve: `train/...` logged at SMOOTH_MIN_POINTS or more steps by some run."""
+    return column.startswith("train/") and any(len(r.series(column)[1]) >= SMOOTH_MIN_POINTS for r in runs)
+
+
+# Legend entries and point labels longer than this are cut with "…" (the full label is in the summary, the hover
+# and the config difference): a 16-key preset label left the plot a sliver beside its legend.
+LABEL_MAX = 32
+
+
+def bounded(text: str) -> str:
+    return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
+
+
 def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
@@ -29,7 +49,9 @@ def color(i: int) -> str:
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_toggle: bool = True) -> go.Figure:
     fig.update_layout(title=dict(text=title, font=dict(size=13)), xaxis_title=x, yaxis_title=y, height=340,
                       margin=dict(l=55, r=10, t=55, b=40), hovermode="x unified", template="plotly_white",
-                      legend=dict(font=dict(size=10)), updatemenus=LOG_TOGGLE if log_toggle else [])
+                      # below the plot, not beside it: a legend of long variant labels left the plot a sliver
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.18, x=0),
+                      updatemenus=LOG_TOGGLE if log_toggle else [])
     return fig
 
 
@@ -39,33 +61,22 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 def seed_curve(v: Variant, column: str) -> tuple[list[float], list[float], list[float | None], list[int]]:
-    """(steps, mean over the seeds that logged each step, std or None, how many seeds that is) for one variant."""
+    """(steps, mean over the seeds that logged each step, std or None, how many seeds that is) for one variant;
+    a diverged run's NaN/inf values are left out (its curve ends where it diverged; curves() marks the step)."""
     by_step: dict[float, list[float]] = defaultdict(list)
     for r in v.runs:
         for s, y in zip(*r.series(column)):
-            by_step[s].append(y)
+            if math.isfinite(y):
+                by_step[s].append(y)
     steps = sorted(by_step)
     stats = [Stat(by_step[s]) for s in steps]
     return steps, [st.mean for st in stats], [st.std for st in stats], [st.n for st in stats]
 
 
-def x_at(run, axis: str, steps: list[float]) -> list[float] | None:
-    """The run's tokens seen or training seconds at each step: linear between the steps it logged them at
-    (from 0 at step 0), at its last rate past the last; None when the run did not log them."""
-    logged = list(zip(*run.series(X_AXES[axis])))
-    if not logged:
-        return None
-    pts = [(0.0, 0.0), *sorted(logged)]
-    out, j = [], 0
-    for s in steps:
-        while j + 1 < len(pts) and pts[j + 1][0] < s:
-            j += 1
-        (s0, x0), (s1, x1) = pts[j], pts[min(j + 1, len(pts) - 1)]
-        if s1 <= s0:  # past the last point: its overall rate
-            out.append(pts[-1][1] * s / pts[-1][0] if pts[-1][0] else 0.0)
-        else:
-            out.append(x0 + (x1 - x0) * (s - s0) / (s1 - s0))
-    return out
+def finite_series(run, column: str) -> tuple[list[float], list[float]]:
+    """The run's (steps, values) of a column without NaN/inf (a diverged run's curve ends where it diverged)."""
+    pts = [(s, y) for s, y in zip(*run.series(column)) if math.isfinite(y)]
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def _mean_x(v: Variant, steps: list[float]) -> dict[str, list[float]]:
@@ -88,6 +99,7 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
     out = []
     for column in columns:
         fig = go.Figure()
+        smooth = smoothable([r for v in variants for r in v.runs], column)
         for i, v in enumerate(variants):
             steps, mean, std, n = seed_curve(v, column)
             if not steps:
@@ -98,20 +110,26 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                 xs = {axis: x + x[::-1] for axis, x in _mean_x(v, steps).items()}
                 fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], mode="lines", fill="toself", line=dict(width=0),
                                          fillcolor=_rgba(color(i), 0.18), hoverinfo="skip", showlegend=False,
-                                         legendgroup=v.label, name=f"{v.label} ± std", meta=dict(kind="band", x=xs)))
+                                         legendgroup=v.label, name=f"{bounded(v.label)} ± std", meta=dict(kind="band", x=xs, smooth=smooth)))
             n_text = f"n={min(n)}-{max(n)}" if min(n) != max(n) else f"n={n[0]}"
             fig.add_trace(go.Scatter(x=steps, y=mean, mode="lines+markers" if len(steps) < 30 else "lines",
                                      line=dict(color=color(i), width=1.6), legendgroup=v.label, customdata=n,
-                                     name=f"{v.label} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
-                                     meta=dict(kind="mean", x=_mean_x(v, steps))))
+                                     name=f"{bounded(v.label)} ({n_text})", hovertemplate="%{y:.4g} (n=%{customdata})",
+                                     meta=dict(kind="mean", x=_mean_x(v, steps), smooth=smooth)))
             for r in v.runs:
-                xs, ys = r.series(column)
+                xs, ys = finite_series(r, column)
+                if r.diverged_at is not None and xs:  # where it diverged: always shown, never a silent gap
+                    fig.add_trace(go.Scatter(x=[xs[-1]], y=[ys[-1]], mode="markers", legendgroup=v.label,
+                                             marker=dict(symbol="x", size=11, color=color(i)),
+                                             name=f"{bounded(v.label)} {v.seed_label(r)} diverged at step {r.diverged_at:,}",
+                                             hovertemplate=f"diverged at step {r.diverged_at:,}<extra></extra>"))
                 if len(v.runs) > 1 and xs:
                     flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
-                                             line=dict(color=color(i), width=0.8, dash="dot"), name=f"{v.label} {v.seed_label(r)}{flag}",
+                                             line=dict(color=color(i), width=0.8, dash="dot"), name=f"{bounded(v.label)} {v.seed_label(r)}{flag}",
                                              hovertemplate="%{y:.4g}",
-                                             meta=dict(kind="seed", x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
+                                             meta=dict(kind="seed", smooth=smooth,
+                                                       x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
         budget = variants[0].budget.step if variants else None
         last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
         if budget is not None and last_steps and max(last_steps) > budget:
@@ -127,7 +145,7 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
 
 def _axis_values(values: list) -> tuple[list, bool]:
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
-    return (values if numeric else [str(x) for x in values]), numeric
+    return (values if numeric else [bounded(str(x)) for x in values]), numeric
 
 
 def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tuple[str, go.Figure]]:
@@ -144,9 +162,9 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
             values = v.values(metric)
             xs += [v.choices[key]] * len(values)
             ys += list(values.values())
-            labels += [f"{v.label} {seed}" for seed in values]
+            labels += [f"{bounded(v.label)} {seed}" for seed in values]
             if values:
-                rest = " ".join(f"{k.rsplit('.', 1)[-1]}={v.choices[k]}" for k in keys if k != key)
+                rest = bounded(" ".join(f"{k.rsplit('.', 1)[-1]}={v.choices[k]}" for k in keys if k != key))
                 means.setdefault(rest, []).append((v.choices[key], sum(values.values()) / len(values)))
         x_all, numeric = _axis_values(xs)
         fig.add_trace(go.Scatter(x=x_all, y=ys, mode="markers", name="runs", text=labels, marker=dict(size=8, opacity=0.6),
@@ -185,32 +203,40 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
     return out
 
 
-def cost_scatter(variants: list[Variant], metric: str) -> list[tuple[str, go.Figure]]:
-    """Quality against cost: the metric (mean ± std) against active parameters and against tokens/s, with
-    the Pareto front (no other variant both better and cheaper) joined by a dashed line."""
+def cost_scatter(variants: list[Variant], metric: str, costs: tuple, concurrent: bool) -> list[tuple[str, go.Figure]]:
+    """Quality against cost: the metric (mean ± std) against the machine-independent cost (training FLOPs, else
+    tokens seen: `costs`), against active parameters, and against tokens/s, with the Pareto front (no other
+    variant both better and cheaper) joined by a dashed line. Runs that trained concurrently on one machine
+    measured its load as much as the variant: their tokens/s chart says so and draws no front. No chart with
+    fewer than two variants to place on it."""
     direction = metric_direction(metric)
     out = []
-    for cost, title, minimize_x in (("active", "active parameters", True), ("tokens/s", "tokens/s", False)):
-        points, names, errors = [], [], []
-        for v in variants:
+    axes = [("cost", costs[0][2] if costs else "", True), ("active", "active parameters", True), ("tokens/s", "tokens/s", False)]
+    for cost, title, minimize_x in axes:
+        points, names, errors, colors = [], [], [], []
+        for i, v in enumerate(variants):
             stat = v.stat(metric)
-            x = v.param("active") if cost == "active" else v.throughput()
+            x = (v.cost(metric, costs)[0] if costs else None) if cost == "cost" else v.param("active") if cost == "active" else v.throughput()
             if stat is not None and x is not None:
                 points.append((float(x), stat.mean))
-                names.append(v.label)
+                names.append(bounded(v.label))
                 errors.append(stat.std or 0.0)
-        if not points:
+                colors.append(color(i))
+        if len(points) < 2:
             continue
+        load = cost == "tokens/s" and concurrent
         fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers+text", text=names,
                                    textposition="top center", cliponaxis=False, error_y=dict(type="data", array=errors, visible=True),
-                                   marker=dict(size=10, color=[color(i) for i in range(len(points))]), name="variants",
+                                   marker=dict(size=10, color=colors), name="variants",
                                    hovertemplate="%{text}: %{y:.4g} at %{x:,.0f}"))
-        if direction is not None and len(points) > 1:
+        if direction is not None and not load:
             front = pareto_front(points, minimize_y=direction == "min", minimize_x=minimize_x)
             fig.add_trace(go.Scatter(x=[points[i][0] for i in front], y=[points[i][1] for i in front], mode="lines",
                                      line=dict(dash="dash", color="#555"), name="Pareto front"))
-        fig = _layout(fig, f"{metric} vs {title}", title, metric, log_toggle=False)
+        shown = f"{metric} vs {title}" + (" (concurrent runs: machine load, no front)" if load else "")
+        fig = _layout(fig, shown, title, metric, log_toggle=False)
         fig.update_layout(hovermode="closest")
+        fig.update_xaxes(tickformat=".3s")
         out.append((f"{metric} vs {title}", fig))
     return out
 
@@ -249,7 +275,7 @@ def moe_charts(variants: list[Variant], columns: list[str]) -> list[tuple[str, g
                 vals = [x for x in vals if x is not None]
                 means.append(sum(vals) / len(vals))
             if steps:
-                fig.add_trace(go.Scatter(x=steps, y=means, name=v.label, line=dict(color=color(i))))
+                fig.add_trace(go.Scatter(x=steps, y=means, name=bounded(v.label), line=dict(color=color(i))))
         out.append(("dropped share", _layout(fig, f"dropped token share ({stage.rstrip('/')}, mean over layers)", "step", "share")))
     return out
 

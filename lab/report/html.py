@@ -26,12 +26,13 @@ document.getElementById('js-errors').textContent=window.labErrors.join('\\n')});
 const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' '));_ce(...a)};</script>"""
 
 # The curve controls: the x-axis (step, tokens seen, training time: each trace's meta.x), smoothing (W&B's
-# debiased exponential moving average of each mean and seed curve, and of the band's two edges) and the seeds'
-# own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
+# debiased exponential moving average of each mean and seed curve, and of the band's two edges; off by default,
+# and only of the traces charts.smoothable marks: dense training curves, never a compared value or the lr) and
+# the seeds' own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
 # applied once every chart is drawn.
 CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
 </option>{options}</select>
-smoothing <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
+smoothing of dense training curves <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
 <span id="smooth-value">0.00</span> <label><input type="checkbox" id="seeds" onchange="labControls()"> each seed's
 curve</label></div><script>
 const labRaw={};
@@ -44,7 +45,7 @@ axis=document.getElementById('xaxis').value;document.getElementById('smooth-valu
 document.querySelectorAll('.chart.curve').forEach(div=>{if(!div.data)return;const idx=[],xs=[],ys=[],vis=[];
 div.data.forEach((t,i)=>{if(!t.meta||!t.meta.kind)return;const k=div.id+':'+i;
 labRaw[k]=labRaw[k]||{x:Array.from(t.x),y:Array.from(t.y)};const raw=labRaw[k];idx.push(i);
-const has=axis==='step'||!!t.meta.x[axis];xs.push(has?t.meta.x[axis]||raw.x:raw.x);ys.push(t.meta.kind==='band'?labBand(raw.y,w):labEma(raw.y,w));
+const has=axis==='step'||!!t.meta.x[axis];xs.push(has?t.meta.x[axis]||raw.x:raw.x);const sw=t.meta.smooth?w:0;ys.push(t.meta.kind==='band'?labBand(raw.y,sw):labEma(raw.y,sw));
 let v;if(!has){v='legendonly';raw.hid=true}else if(t.meta.kind==='seed')v=seeds?true:'legendonly';
 else if(raw.hid){v=true;raw.hid=false}else v=t.visible===undefined?true:t.visible;vis.push(v)});
 if(idx.length){Plotly.restyle(div,{x:xs,y:ys,visible:vis},idx);
@@ -52,14 +53,15 @@ const sel=document.getElementById('xaxis'),lay={'xaxis.title.text':sel.options[s
 b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?null:b[axis];
 lay['shapes[0].visible']=lay['annotations[0].visible']=x!==null;if(x!==null){lay['shapes[0].x0']=lay['shapes[0].x1']=x;
 lay['annotations[0].x']=x}}Plotly.relayout(div,lay)}});
-document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0)}
+document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0);
+history.replaceState(null,'','#x='+axis+'&smooth='+w+'&seeds='+(seeds?1:0))}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
 if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
 const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value===h.get('x')))sel.value=h.get('x');
 if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
 if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
 </script>"""
-AXIS_NAMES = {"tokens": "tokens seen", "time": "training time (s)"}
+AXIS_NAMES = {"tokens": "tokens seen", "flops": "training FLOPs", "time": "training time (s)"}
 
 
 def table(t: Table) -> str:
@@ -106,18 +108,27 @@ def examples(report: Report) -> list[str]:
     return parts
 
 
-def render(report: Report) -> str:
+# While `lab.report --watch` runs and some run is still going, the page reloads itself: the controls live in
+# the address (labControls writes them there), so a reload keeps them.
+LIVE_RELOAD_S = 5
+
+
+def render(report: Report, live: bool = False) -> str:
+    """live: the page reloads every LIVE_RELOAD_S seconds (--watch while some run is still running)."""
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
 
     title = html.escape(report.title)
-    summary, metrics, runs, *skipped = report.tables
+    by_name = {t.name: t for t in report.tables}
     n_charts = sum(len(charts) for _, charts in report.sections)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
+        f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live else "",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),
-        "<h2>Summary</h2>", table(summary),
+        f'<p class="note live">Live: lab.report --watch re-renders as runs write; this page reloads every '
+        f'{LIVE_RELOAD_S} s until every run has ended.</p>' if live else "",
+        "<h2>Summary</h2>", table(by_name["summary"]),
     ]
     i = 0
     axes = {a for _, charts in report.sections for _, fig in charts for t in fig.data
@@ -131,8 +142,12 @@ def render(report: Report) -> str:
         parts.append("</div>")
     parts += [f"<h2>{html.escape(t.name)}</h2>{table(t)}" for t in report.scaling_tables]
     parts += examples(report)
-    parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(metrics), "<h2>Runs</h2>", table(runs)]
-    if skipped:
-        parts += ["<h2>Not shown</h2>", table(skipped[0])]
+    parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(by_name["metrics"]),
+              "<h2>Runs</h2>", table(by_name["runs"])]
+    if by_name["config"].rows:  # collapsed: two presets differ in dozens of keys
+        parts += [f"<details><summary><h2 style='display:inline'>Config difference ({len(by_name['config'].rows)} keys)"
+                  "</h2></summary>", table(by_name["config"]), "</details>"]
+    if "skipped" in by_name:
+        parts += ["<h2>Not shown</h2>", table(by_name["skipped"])]
     parts.append("</body></html>")
     return "".join(parts)

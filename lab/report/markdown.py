@@ -8,7 +8,8 @@ if TYPE_CHECKING:
     from lab.report.tables import Table
 
 GENERATOR = "<!-- written by lab.report -->"
-TITLES = {"summary": "Summary", "metrics": "Every metric at the compared step (mean ± std over seeds)", "runs": "Runs", "skipped": "Not shown"}
+TITLES = {"summary": "Summary", "metrics": "Every metric at the compared step (mean ± std over seeds)", "runs": "Runs", "config": "Config difference",
+          "skipped": "Not shown"}
 
 
 def table(t: Table) -> str:
@@ -25,5 +26,7 @@ def table(t: Table) -> str:
 def render(report: Report) -> str:
     parts = [GENERATOR, f"# {report.title}", " ".join(report.intro()) + " Best variant in bold."]
     for t in report.tables + report.scaling_tables:
+        if not t.rows and t.name == "config":
+            continue
         parts += [f"## {TITLES.get(t.name, t.name)}", table(t)]
     return "\n\n".join(parts) + "\n"

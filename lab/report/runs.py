@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import csv
 import glob
+import itertools
 import json
+import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 from lab.errors import LabError
 
-# A run whose files have not changed for this long, with no end recorded, is shown as stopped, not running.
-RUNNING_WINDOW_S = 120
+# A run on another host (its pid cannot be checked from here) with no end recorded is running while it writes:
+# its newest file is younger than HEARTBEAT_GAPS times the longest gap between its own log lines, and never
+# less than HEARTBEAT_MIN_S (a run that has logged too little to know its rhythm).
+HEARTBEAT_GAPS = 3
+HEARTBEAT_MIN_S = 60.0
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.M)
+DEAD = ("stopped", "failed", "diverged")  # states a run does not continue from by itself
 
 
 @dataclass
@@ -27,11 +36,16 @@ class Run:
     overrides: list[str]
     rows: list[dict[str, float]]  # one per CSV line, empty cells dropped
     params: dict[str, int] = field(default_factory=dict)
-    status: str = "finished"  # finished | running | stopped (no end recorded) | interrupted | failed
+    status: str = "finished"  # finished | running | stopped (no end recorded) | interrupted | failed | diverged
     status_note: str = ""  # the error line of a failed run, or why a run is taken to be stopped
+    diverged_at: int | None = None  # the first step a loss was NaN or infinite
     wall_s: float | None = None  # time spent training over all attempts (status.json), else train.log's closing line
     attempts: int = 1  # launches of this run (status.json): > 1 means it was resumed
     examples: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, step, text): samples, translations
+    final_metrics: dict[str, float] = field(default_factory=dict)  # status.json's: cost/train_flops, cost/tokens, ...
+    host: str | None = None  # where the last attempt ran, and when (unix seconds; ended None while running)
+    started: float | None = None
+    ended: float | None = None
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -41,6 +55,13 @@ class Run:
     def final(self, column: str) -> float | None:
         values = self.series(column)[1]
         return values[-1] if values else None
+
+    @property
+    def state(self) -> str:
+        """How the run stands, in words: "diverged at step 40", "failed: <error>", "running"."""
+        if self.diverged_at is not None:
+            return f"diverged at step {self.diverged_at:,}" + (f" ({self.status_note})" if self.status_note else "")
+        return self.status + (f": {self.status_note}" if self.status_note else "")
 
     @property
     def resumed(self) -> bool:
@@ -155,22 +176,64 @@ def read_status(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def run_status(path: Path, now: float | None = None) -> tuple[str, str]:
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def heartbeat_limit(log_text: str) -> float:
+    """How long a run may write nothing and still be taken to be running: HEARTBEAT_GAPS times the longest
+    gap between its own timestamped log lines (a slow model logs rarely), at least HEARTBEAT_MIN_S."""
+    stamps = [datetime.fromisoformat(t.replace(" ", "T")).timestamp() for t in LOG_TIME.findall(log_text)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    return max(HEARTBEAT_MIN_S, HEARTBEAT_GAPS * max(gaps, default=0.0))
+
+
+def run_status(path: Path, now: float | None = None, log_text: str | None = None) -> tuple[str, str]:
     """How a run ended: status.json when the run wrote one (finished / interrupted / failed, with the error),
-    else train.log's closing line; a run with neither is running while its files still change."""
+    else train.log's closing line. A run with no end recorded is running when status.json's pid is alive on
+    this host (dead: stopped, whatever its files' age); on another host while it still writes (heartbeat_limit)."""
     data = read_status(path)
     state = str(data.get("status") or data.get("state") or "")
-    if state and state != "running":  # "running" is checked against the files below: a killed job says so too
+    if state and state != "running":  # "running" is checked below: a killed job says so too
         state = {"completed": "finished"}.get(state, state)
         return state, str(data.get("error") or data.get("reason") or "")
     log = path / "train.log"
-    if log.is_file() and "finished in" in log.read_text(errors="replace")[-4000:]:
+    if log_text is None:
+        log_text = log.read_text(errors="replace") if log.is_file() else ""
+    if "finished in" in log_text[-4000:]:
         return "finished", ""
-    files = [f for f in (log, path / "csv" / "metrics.csv") if f.is_file()]
-    newest = max((f.stat().st_mtime for f in files), default=0.0)
-    if (now or time.time()) - newest < RUNNING_WINDOW_S:
+    pid, host = data.get("pid"), data.get("host")
+    if isinstance(pid, int) and host == os.uname().nodename:
+        if pid_alive(pid):
+            return "running", ""
+        return "stopped", f"no end recorded and its process (pid {pid} on {host}) is gone: killed or crashed"
+    files = [f for f in (log, path / "csv" / "metrics.csv", path / "status.json") if f.is_file()]
+    age = (now or time.time()) - max((f.stat().st_mtime for f in files), default=0.0)
+    limit = heartbeat_limit(log_text)
+    if age < limit:
         return "running", ""
-    return "stopped", "no end recorded: killed or crashed"
+    return "stopped", f"no end recorded and nothing written for {age:,.0f}s (allowed {limit:,.0f}s): killed or crashed"
+
+
+def diverged_at(rows: list[dict[str, float]]) -> int | None:
+    """The first step at which a loss column is NaN or infinite (the run diverged), else None."""
+    for i, row in enumerate(rows):
+        if any("loss" in k and not math.isfinite(v) for k, v in row.items()):
+            return int(row.get("step", i))
+    return None
+
+
+def _time(value) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
 
 
 def load_run(path: Path, root: Path) -> Run:
@@ -185,15 +248,22 @@ def load_run(path: Path, root: Path) -> Run:
                 key, value = line.split(":", 1)
                 params[key.split("/")[1]] = int(value)
     name = str(path.relative_to(root)) if path != root else path.name
-    status, note = run_status(path)
     recorded = read_status(path)
     log = path / "train.log"
     log_text = log.read_text(errors="replace") if log.is_file() else ""
+    status, note = run_status(path, log_text=log_text)
     wall = re.findall(r"finished in ([0-9.]+)s", log_text[-4000:])
     wall_s = recorded.get("wall_s") or (float(wall[-1]) if wall else None)
-    return Run(name=name, path=path, config=config, overrides=list(overrides or []),
-               rows=read_csv(path / "csv" / "metrics.csv"), params=params, status=status, status_note=note,
-               wall_s=wall_s, attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text))
+    rows = read_csv(path / "csv" / "metrics.csv")
+    diverged = diverged_at(rows)
+    if diverged is not None:  # whatever the run did next (stopped, failed, trained on NaN), it diverged
+        status, note = "diverged", (note if status in ("failed", "stopped") else "")
+    return Run(name=name, path=path, config=config, overrides=list(overrides or []), rows=rows, params=params,
+               status=status, status_note=note, diverged_at=diverged, wall_s=wall_s,
+               attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text),
+               final_metrics={k: float(v) for k, v in (recorded.get("metrics") or {}).items() if isinstance(v, (int, float))},
+               host=recorded.get("host"), started=_time(recorded.get("started")),
+               ended=_time(recorded.get("ended") or recorded.get("updated")) if status != "running" else time.time())
 
 
 def common_parent(paths: list[Path]) -> Path:

@@ -19,6 +19,14 @@ def report_run_id(project: str, group: str) -> str:
     return "report-" + hashlib.sha1(f"{project}/{group}".encode()).hexdigest()[:12]
 
 
+def wandb_dir(sweep):
+    """Where the report's own W&B run writes: a hidden folder beside the runs, inside no run directory, never
+    matched by a glob of them (`sweep/*`) nor taken for a run."""
+    path = sweep / ".lab_report"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def log_tables(report: Report, required: bool) -> None:
     """auto (required=False): only when the runs logged to W&B (a wandb/ directory in a run), in the mode lab
     decides (offline without credentials). Any W&B failure is one line, never a lost report."""
@@ -37,7 +45,7 @@ def log_tables(report: Report, required: bool) -> None:
         project = str(first.config.get("logger.wandb.project") or "lab")
         run = wandb.init(project=project, group=group, job_type="report", name=f"{name}-report", mode=resolve_wandb_mode(None),
                          id=report_run_id(project, group), resume="allow",
-                         dir=str(sweep), settings=wandb.Settings(init_timeout=15, silent=True))
+                         dir=str(wandb_dir(sweep)), settings=wandb.Settings(init_timeout=15, silent=True))
         # each render is logged at its time in seconds: steps only increase, so after `wandb sync` the offline
         # segments of one report are one run whose latest tables are the newest render
         run.log({f"report/{t.name}": wandb.Table(columns=t.header, data=[[c.text for c in row] for row in t.rows])

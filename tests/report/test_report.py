@@ -10,12 +10,14 @@ import re
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import ROOT, TINY_LM, run_dirs, run_module, train
 
+from lab.errors import LabError
 from lab.report import collect
 from lab.report.format import fmt, fmt_duration, fmt_pm
 from lab.report.stats import compare, holm, pareto_front
@@ -217,16 +219,28 @@ def test_runs_in_progress_crashed_failed_and_empty_are_all_accounted_for(tmp_pat
     assert [s.path.name for s in report.skipped] == ["empty"]
     md = (run_module("lab.report", [str(tmp_path)], tmp_path), (tmp_path / "report.md").read_text())[1]
     assert "| failed: error: model.n_heads=3 does not divide d_model=64 |" in md
-    assert "stopped: no end recorded: killed or crashed" in md
+    assert re.search(r"stopped: no end recorded and nothing written for 3,6\d\ds \(allowed 60s\): killed or crashed", md)
     assert "## Not shown" in md and "no csv/metrics.csv yet" in md
 
 
-def test_a_mix_of_tasks_leaves_cells_empty_where_a_run_did_not_log(tmp_path):
-    write_run(tmp_path / "lm", {"task": "lm", "optimized_metric": "val/loss"}, [{"step": 9, "val/loss": 2.0}])
-    write_run(tmp_path / "clf", {"task": "clf", "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
-    metrics = collect([tmp_path]).tables[1]
-    cells = {row[0].text.split()[-1]: dict(zip(metrics.header, (c.text for c in row))) for row in metrics.rows}
-    assert cells["task=lm"]["val/acc"] == "" and cells["task=clf"]["val/acc"] == "0.8"
+def test_runs_of_different_tasks_or_metrics_are_refused_and_runs_lacking_the_metric_named(tmp_path):
+    """Issue 48: an LM run and a classifier run had their val/loss ranked against each other (the classifier
+    bolded best); with --metric val/acc the run that never logged it was left blank without a note."""
+    lm = {"task": {"_target_": "lab.tasks.language_model.LanguageModelTask"}, "optimized_metric": "val/loss"}
+    write_run(tmp_path / "tasks" / "lm", lm, [{"step": 9, "val/loss": 2.0}])
+    write_run(tmp_path / "tasks" / "clf", {"task": {"_target_": "lab.tasks.classification.ClassificationTask"},
+                                           "optimized_metric": "val/acc"}, [{"step": 9, "val/acc": 0.8, "val/loss": 0.5}])
+    result = run_module("lab.report", [str(tmp_path / "tasks")], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and not (tmp_path / "tasks" / "report.md").exists()
+    assert ("error: these runs are of 2 tasks (ClassificationTask: 1 run(s) such as clf, LanguageModelTask: 1 run(s) "
+            "such as lm); their metrics are not comparable") in result.stderr
+    for d, metric in (("a", "val/loss"), ("b", "val/ppl")):  # one task, two metrics optimised
+        write_run(tmp_path / "metrics" / d, {**lm, "d": d, "optimized_metric": metric}, [{"step": 9, "val/loss": 2.0}])
+    with pytest.raises(LabError, match=r"these runs optimise different metrics \(val/loss, val/ppl\); pass --metric"):
+        collect([tmp_path / "metrics"])
+    write_run(tmp_path / "metrics" / "c", {**lm, "d": "c"}, [{"step": 9, "val/loss": 2.1, "val/ppl": 8.0}])
+    report = collect([tmp_path / "metrics"], metric="val/ppl")
+    assert "val/ppl was not logged by 2 of 3 runs: a, b." in report.intro()
 
 
 def test_files_it_did_not_write_are_not_replaced(tmp_path):
@@ -246,14 +260,16 @@ def test_tables_go_to_wandb_under_the_sweeps_group(tmp_path):
     result = run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert f"W&B: report tables logged to group abl/lr0.001/seed1/{root.name} (offline)" in result.stderr
-    (offline,) = (root / "wandb").glob("offline-run-*")
+    assert not (root / "wandb").exists()  # the report's own run is in no run directory and no glob of them
+    assert collect([Path(f"{root}/*")]).skipped == []
+    (offline,) = (root / ".lab_report" / "wandb").glob("offline-run-*")
     tables = sorted(p.name.split("_")[0] for p in (offline / "files" / "media" / "table" / "report").iterdir())
-    assert tables == ["metrics", "runs", "summary"]
+    assert tables == ["config", "metrics", "runs", "summary"]
     assert f"abl/lr0.001/seed1/{root.name}".encode() in next(offline.glob("run-*.wandb")).read_bytes()
     # a second render (as --watch does) updates the same W&B run, not a new one in the group
     assert run_module("lab.report", [str(root), "--wandb", "on"], tmp_path, env=env).returncode == 0
-    ids = {f.name for f in (root / "wandb").glob("offline-run-*/run-*.wandb")}
-    assert len(list((root / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1, ids
+    ids = {f.name for f in (root / ".lab_report" / "wandb").glob("offline-run-*/run-*.wandb")}
+    assert len(list((root / ".lab_report" / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1, ids
 
 
 def test_globs_select_runs(tmp_path):
@@ -302,7 +318,7 @@ def test_report_of_a_real_sweep_has_every_run_and_metric(sweep):
     for run in runs:
         assert f"<tr><td>{run.name}</td>" in html and f"\n| {run.name} |" in md
         for column in _columns(run):
-            assert f"<th>{column}</th>" in html, column
+            assert f"<th>{column}</th>" in html or f"<th>{column} (median)</th>" in html, column  # speeds: median
     assert "| n_layers=1 | 1 | 2 |" in md or "| **n_layers=1** | **1** | **2** |" in md
     for expected in ("train/loss", "val/loss", "perf/tokens_per_s", "val/loss by model.n_layers"):
         assert f'title="{expected}"' in html
@@ -636,7 +652,8 @@ def test_browser_shows_an_interrupted_sweep_and_a_mid_sweep_state_as_they_are(tm
     shown = _dom(page + "#x=tokens&seeds=1&smooth=0.6", tmp_path / "p2")
     _rendered(shown)
     assert 'data-controls="x=tokens,smooth=0.6,seeds=1"' in shown
-    assert re.findall(r'class="xtitle"[^>]*>([^<]*)<', shown).count("tokens seen") == 2  # the two curve charts
+    titles = [re.findall(r'class="xtitle"[^>]*>([^<]*)<', page).count("tokens seen") for page in (shown, dom)]
+    assert titles[0] - titles[1] == 2  # the two curve charts (the cost chart's axis is tokens seen anyway)
     curve_charts = 2  # train/loss and val/loss
     assert shown.count('class="trace scatter') - dom.count('class="trace scatter') == 6 * curve_charts
 
@@ -706,3 +723,325 @@ def html_unescape(text: str) -> str:
     import html as html_lib
 
     return html_lib.unescape(text)
+
+
+# ---------------------------------------------------------------------------------------------- states are facts
+
+def _age(run: Path, seconds: float) -> None:
+    old = time.time() - seconds
+    for f in run.rglob("*"):
+        os.utime(f, (old, old))
+
+
+def test_a_killed_run_here_is_stopped_at_once_and_a_quiet_live_one_is_running(tmp_path):
+    """This host: status.json's pid decides (a killed job was 'running' until its files were 120 s old, a live
+    one writing nothing for 2 minutes 'stopped'). Another host: the heartbeat's allowed age is 3 times the
+    longest gap between the run's own log lines (at least 60 s)."""
+    from lab.report.runs import run_status
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = os.uname().nodename
+    cfg = {"name": "x", "seed": 1}
+    killed = write_run(tmp_path / "killed", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                       status={"state": "running", "pid": dead.pid, "host": host})
+    quiet = write_run(tmp_path / "quiet", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                      status={"state": "running", "pid": os.getpid(), "host": host})
+    _age(quiet, 600)
+    assert run_status(killed) == ("stopped", f"no end recorded and its process (pid {dead.pid} on {host}) is gone: "
+                                             "killed or crashed")
+    assert run_status(quiet) == ("running", "")
+    log = "".join(f"[2026-11-25 01:{m:02d}:00,000][lab][INFO] - progress: step {m}\n" for m in (0, 5, 10))  # every 5 min
+    slow = write_run(tmp_path / "slow", cfg, [{"step": 9, "val/loss": 2.0}], finished=False,
+                     status={"state": "running", "pid": 1, "host": "another-host"})
+    (slow / "train.log").write_text(log)
+    _age(slow, 14 * 60)
+    assert run_status(slow) == ("running", "")  # 14 min < 3 x 5 min
+    _age(slow, 16 * 60)
+    assert run_status(slow)[0] == "stopped" and "nothing written for 960s (allowed 900s)" in run_status(slow)[1]
+
+
+def _diverging_sweep(root: Path) -> Path:
+    """lr 1e-3 and 1e-2, 3 seeds: lr 1e-2 seed 3's loss is NaN from step 40 and it stops at step 50."""
+    for job, (lr, seed) in enumerate((lr, s) for lr in (1e-3, 1e-2) for s in (1, 2, 3)):
+        bad = lr == 1e-2 and seed == 3
+        rows = []
+        for step in range(10, 51 if bad else 201, 10):
+            loss = math.nan if bad and step >= 40 else 4.0 - step / 100 - lr * 10 + seed / 100
+            rows.append({"step": step, "train/loss": loss, **({"val/loss": loss} if step % 50 == 0 else {})})
+        write_run(root / str(job), {"name": "lr", "seed": seed, "task": {"lr": lr}, "optimized_metric": "val/loss"}, rows,
+                  finished=not bad, status={"state": "failed", "error": "error: loss is NaN"} if bad else None)
+    return root
+
+
+def test_a_diverged_run_is_named_counted_and_drawn_to_the_step_it_diverged(tmp_path):
+    """It was dropped without a word: the variant showed n = 2 and a finite mean, its curve was not drawn, and
+    its last step (50) pulled every other run back to step 50."""
+    report = collect([_diverging_sweep(tmp_path)])
+    assert report.budget.step == 200  # the diverged run does not set the common step
+    assert "Diverged (NaN or infinite loss), counted in their variant's n, with no finite value: 5 at step 40." in report.budget_note
+    rows = {r[0].text: dict(zip(report.tables[0].header, (c.text for c in r))) for r in report.tables[0].rows}
+    high = rows["lr=0.01"]
+    assert high["n"] == "3" and "1 of 3 diverged (step 40), mean of the other 2" in high["val/loss (final at step 200, mean ± std)"]
+    assert high["beyond seed noise?"] == "no test: 1 run(s) diverged" and high["p"] == ""
+    assert "1 diverged at step 40" in high["runs"]
+    assert [v.label for v in report.variants] == ["lr=0.001", "lr=0.01"]  # a variant with a diverged seed is not best
+    runs = {r[0].text: dict(zip(report.tables[2].header, (c.text for c in r))) for r in report.tables[2].rows}
+    assert runs["5"]["status"] == "diverged at step 40 (error: loss is NaN)"
+    (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "train/loss"]
+    mark = next(t for t in fig.data if t.name.endswith("diverged at step 40"))
+    assert list(mark.x) == [30] and list(mark.y) == [pytest.approx(4.0 - 0.3 - 0.1 + 0.03)]  # its last finite point
+    seed3 = next(t for t in fig.data if t.name == "lr=0.01 seed=3 [diverged]")
+    assert list(seed3.x) == [10, 20, 30]  # drawn up to where it diverged
+    assert all(math.isfinite(y) for t in fig.data for y in t.y)  # no NaN handed to plotly
+
+
+def test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back(tmp_path):
+    """train/loss every 10 steps to 109, val/loss at 49 and 99: it said 'final at step 109' with step 99's
+    values; and one killed run (stopped at 59) set the common step for every finished run."""
+    for seed in (1, 2, 3):
+        for d in (1, 2):
+            rows = [{"step": s, "train/loss": 4.0, **({"val/loss": 3.0 - s / 100 - d / 10 + seed / 100} if s % 50 == 49 else {})}
+                    for s in range(9, 110, 10)]
+            write_run(tmp_path / f"d{d}-{seed}", {"name": "x", "seed": seed, "d": d}, rows)
+    killed = write_run(tmp_path / "killed", {"name": "x", "seed": 4, "d": 2},
+                       [{"step": s, "train/loss": 4.0, "val/loss": 2.0} for s in (49, 59)], finished=False)
+    _age(killed, 3600)
+    report = collect([tmp_path])
+    assert report.budget.step == 109
+    header = report.tables[0].header[3]
+    assert header == "val/loss (final at step 99, mean ± std)"
+    assert report.budget_note == ("Every run still going or finished reached step 109; each run's last logged value at "
+                                  "that step is compared (val/loss read at step 99). Not compared, stopped for good "
+                                  "before step 109: killed (stopped at step 59).")
+    d2 = next(v for v in report.variants if v.label == "d=2")
+    assert d2.stat("val/loss").n == 3 and d2.stat("val/loss").mean == pytest.approx(3.0 - 0.99 - 0.2 + 0.02)
+
+
+# ---------------------------------------------------------------------------------------------- smoothing
+
+def _smoothing_runs(root: Path) -> Path:
+    """train/loss at every step 1-40, val/loss at 3 steps, the lr schedule at every step; 2 variants x 2 seeds."""
+    for d in (1, 2):
+        for seed in (1, 2):
+            rows = [{"step": s, "train/loss": 4.0 - s / 20 + (s % 3) / 10 + seed / 100, "lr-AdamW": 1e-3 * min(1, s / 10)}
+                    for s in range(1, 41)]
+            for r in rows:
+                if r["step"] % 20 == 0 or r["step"] == 1:
+                    r["val/loss"] = 3.0 - r["step"] / 40 - d / 10 + seed / 100
+            write_run(root / f"d{d}-{seed}", {"name": "x", "seed": seed, "d": d}, rows)
+    return root
+
+
+def test_only_dense_training_curves_are_marked_for_smoothing(tmp_path):
+    """Smoothing moved a 3-point validation curve's compared value and bent the lr schedule."""
+    report = collect([_smoothing_runs(tmp_path)])
+    marked = {title: {t.meta["smooth"] for t in fig.data if t.meta} for title, fig in dict(report.sections)["Curves"]}
+    assert marked == {"train/loss": {True}, "val/loss": {False}, "lr-AdamW": {False}}
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_smoothing_in_a_browser_never_moves_a_validation_point_or_the_schedule(tmp_path):
+    """With the slider at 0.6 (from the address) the page's val/loss and lr traces keep their logged values and
+    train/loss is smoothed; the slider starts at 0 (off)."""
+    from lab.report import html
+
+    root = _smoothing_runs(tmp_path / "runs")
+    report = collect([root])
+    probe = ("<script>setTimeout(()=>{document.body.dataset.ys=JSON.stringify([...document.querySelectorAll('.chart.curve')]"
+             ".map(d=>[d.title,d.data.filter(t=>t.meta&&t.meta.kind==='mean').map(t=>Array.from(t.y))]))},3000)</script>")
+    page = root / "report.html"
+    page.write_text(html.render(report).replace("</body>", probe + "</body>"))
+    assert 'id="smooth" min="0" max="0.99" step="0.01" value="0"' in page.read_text()  # off by default
+    dom = _dom(page.as_uri() + "#smooth=0.6", tmp_path / "p")
+    _rendered(dom)
+    shown = dict(json.loads(html_unescape(re.search(r'data-ys="([^"]*)"', dom).group(1))))
+    logged = {title: [y for t in fig.data if t.meta and t.meta["kind"] == "mean" for y in t.y] for title, fig in dict(report.sections)["Curves"]}
+    shown = {title: [y for ys in traces for y in ys] for title, traces in shown.items()}
+    assert shown["val/loss"] == pytest.approx(logged["val/loss"]) and shown["lr-AdamW"] == pytest.approx(logged["lr-AdamW"])
+    assert shown["train/loss"] != pytest.approx(logged["train/loss"])
+
+
+# ---------------------------------------------------------------------------------------------- costs
+
+def _cost_runs(root: Path, flops: bool, overlap: bool) -> Path:
+    """d=1 and d=2, 2 seeds: 10 steps of 100 tokens; FLOPs 6 x params x tokens (params 1000 x d) in status.json
+    when `flops`; each run 60 s on one host, all at once when `overlap`, else one after the other."""
+    for job, (d, seed) in enumerate((d, s) for d in (1, 2) for s in (1, 2)):
+        rows = [{"step": s, "val/loss": 3.0 - d / 10 + seed / 100, "perf/tokens_seen": 100.0 * s,
+                 "perf/tokens_per_s_global": 1000.0 * (job + 1) + s} for s in (5, 10)]
+        start = 1_700_000_000 + (0 if overlap else 100 * job)
+        status = {"state": "completed", "host": "node1", "started": datetime.fromtimestamp(start, UTC).isoformat(),
+                  "ended": datetime.fromtimestamp(start + 60, UTC).isoformat(),
+                  "metrics": {"cost/train_flops": 6.0 * 1000 * d * 1000, "cost/tokens": 1000.0} if flops else {}}
+        write_run(root / str(job), {"name": "x", "seed": seed, "d": d}, rows, params=1000 * d, status=status)
+    return root
+
+
+def test_the_default_cost_is_training_flops_and_tokens_seen_with_a_note_when_flops_are_missing(tmp_path):
+    """The only cost axes were active parameters and tokens/s (a measure of the machine's load as much as of
+    the variant)."""
+    report = collect([_cost_runs(tmp_path / "a", flops=True, overlap=False)])
+    row = {v[0].text: dict(zip(report.tables[0].header, v)) for v in report.tables[0].rows}
+    assert row["d=2"]["training FLOPs (median)"].value == 6.0 * 2000 * 1000  # 6 N D
+    assert "Cost: training FLOPs up to the compared step, median over seeds." in report.intro()
+    (first, *_), = [charts for title, charts in report.sections if title == "Quality vs cost"]
+    assert first[0] == "val/loss vs training FLOPs" and sorted(first[1].data[0].x) == [6e6, 1.2e7]
+    assert first[1].layout.xaxis.tickformat == ".3s"
+    tokens = collect([_cost_runs(tmp_path / "b", flops=False, overlap=False)])
+    assert "tokens seen (median)" in tokens.tables[0].header and "training FLOPs (median)" not in tokens.tables[0].header
+    assert ("Cost: tokens seen up to the compared step, median over seeds (training FLOPs were not recorded by every "
+            "run: cost/train_flops in status.json or perf/flops_seen in metrics.csv).") in tokens.intro()
+    assert {v.cost("val/loss")[0] for v in tokens.variants} == {1000.0}  # perf/tokens_seen at step 10
+    from lab.report.variants import run_cost
+
+    run = report.runs[0]  # FLOPs only as status.json's final value (step 10): never scaled to an earlier step
+    assert run_cost(run, "flops", "cost/train_flops", 10) == 6e6 and run_cost(run, "flops", "cost/train_flops", 5) is None
+
+
+def test_concurrent_runs_get_a_note_and_their_speed_no_pareto_front(tmp_path):
+    report = collect([_cost_runs(tmp_path / "a", flops=True, overlap=True)])
+    assert any(line.startswith("Runs overlapped in time on one machine (4 runs on node1)") for line in report.intro())
+    assert "tokens/s (median, concurrent runs)" in report.tables[0].header
+    speed = dict(dict(report.sections)["Quality vs cost"])["val/loss vs tokens/s"]
+    assert "concurrent runs" in speed.layout.title.text and [t.name for t in speed.data] == ["variants"]
+    apart = collect([_cost_runs(tmp_path / "b", flops=True, overlap=False)])
+    assert not any("overlapped" in line for line in apart.intro()) and "tokens/s (median)" in apart.tables[0].header
+    speed = dict(dict(apart.sections)["Quality vs cost"])["val/loss vs tokens/s"]
+    assert [t.name for t in speed.data] == ["variants", "Pareto front"]
+    hosts = _cost_runs(tmp_path / "c", flops=True, overlap=True)
+    for job in (1, 3):  # at the same time, on two machines: one job each
+        status = json.loads((hosts / str(job) / "status.json").read_text())
+        (hosts / str(job) / "status.json").write_text(json.dumps({**status, "host": "node2"}))
+    assert [line for line in collect([hosts]).intro() if "overlapped" in line] == [
+        "Runs overlapped in time on one machine (2 runs on node1; 2 runs on node2): their wall time and tokens/s "
+        "reflect the machine's load, not only the variant; compare costs by training FLOPs or tokens."]
+
+
+def test_one_figure_per_variant_for_its_speed_in_every_table(tmp_path):
+    """The summary showed the median of the runs' medians, the metrics table the mean ± std at the compared step."""
+    report = collect([_cost_runs(tmp_path, flops=True, overlap=False)])
+    summary = {r[0].text: dict(zip(report.tables[0].header, r)) for r in report.tables[0].rows}
+    metrics = {r[0].text: dict(zip(report.tables[1].header, r)) for r in report.tables[1].rows}
+    for label in ("d=1", "d=2"):
+        assert summary[label]["tokens/s (median)"].value == metrics[label]["perf/tokens_per_s_global (median)"].value
+    # jobs 0, 1 (d=1): run medians 1007.5 and 2007.5, their median 1507.5
+    assert metrics["d=1"]["perf/tokens_per_s_global (median)"].value == pytest.approx(1507.5)
+
+
+def test_a_single_variant_gets_no_empty_cost_charts(tmp_path):
+    root = _cost_runs(tmp_path, flops=True, overlap=False)
+    for job in (2, 3):
+        shutil.rmtree(root / str(job))
+    assert "Quality vs cost" not in dict(collect([root]).sections)
+
+
+# ---------------------------------------------------------------------------------------------- any two runs
+
+PRESET = {"name": "gpt_nano_char", "optimized_metric": "val/loss", "model": {"positions": "learned", "norm": "layernorm",
+          "n_layers": 4}, "task": {"optimizer": {"lr": 1e-3, "kind": "adamw"}, "scheduler": {"warmup_steps": 100}}}
+FAST = {"name": "gpt_nano_char_fast", "model": {"positions": "rotary", "norm": "rmsnorm", "n_layers": 4},
+        "task": {"optimizer": {"lr": 3e-3, "kind": "muon"}, "scheduler": {"warmup_steps": 20}}}
+
+
+def _presets(root: Path, presets: list[dict], seeds=(1, 2)) -> Path:
+    import copy
+
+    for i, over in enumerate(presets):
+        cfg = copy.deepcopy(PRESET)
+        for group in ("model", "task"):
+            cfg[group] = {**cfg[group], **over.get(group, {})}
+        cfg["name"] = over.get("name", cfg["name"])
+        for seed in seeds:
+            rows = [{"step": s, "val/loss": 3.0 - s / 1000 - i / 10 + seed / 100, "train/loss": 3.5 - i / 10} for s in (50, 100)]
+            write_run(root / f"{i}-{seed}", {**cfg, "seed": seed}, rows, params=1000)
+    return root
+
+
+def test_two_presets_are_one_factor_named_by_the_experiment_with_the_whole_difference_in_one_table(tmp_path):
+    """Each of the keys two presets differ in became a swept choice: a chart per key, a parallel-coordinates
+    view over all of them and a summary column per key."""
+    report = collect([_presets(tmp_path, [{}, FAST])])
+    assert report.keys == ["experiment"] and sorted(v.label for v in report.variants) == ["gpt_nano_char", "gpt_nano_char_fast"]
+    assert report.tables[0].header[:2] == ["variant", "n"]  # the experiment's name is the label: no column repeats it
+    assert [t for t, _ in dict(report.sections)["Sweep"]] == ["val/loss by experiment"]  # no parallel coordinates
+    config = next(t for t in report.tables if t.name == "config")
+    assert [r[0].text for r in config.rows] == ["model.norm", "model.positions", "task.optimizer.kind", "task.optimizer.lr",
+                                                 "task.scheduler.warmup_steps"]
+    by_label = {v.label: i for i, v in enumerate(report.variants)}
+    fast = next(r for r in config.rows if r[0].text == "model.positions")[1 + by_label["gpt_nano_char_fast"]]
+    assert fast.text == "rotary"
+    named = collect([tmp_path], label="recipe")
+    assert named.keys == ["recipe"] and [v.choices["recipe"] for v in named.variants] == [v.label for v in named.variants]
+
+
+def test_three_presets_and_a_key_swept_beside_them_stay_separate_factors(tmp_path):
+    """Three presets: one factor when every key tells all three apart; when one preset shares some keys with
+    another, those keys are a factor of their own (#1, #2, #2) beside the key that changes alone."""
+    third = {"name": "gpt_nano_char_mid", "model": {"positions": "alibi", "norm": "none", "n_layers": 4},
+             "task": {"optimizer": {"lr": 2e-3, "kind": "lion"}, "scheduler": {"warmup_steps": 50}}}
+    report = collect([_presets(tmp_path / "a", [{}, FAST, third])])
+    assert report.keys == ["experiment"] and len(report.variants) == 3
+    mid = {**third, "model": FAST["model"], "task": {**FAST["task"], "scheduler": {"warmup_steps": 100}}}
+    report = collect([_presets(tmp_path / "m", [{}, FAST, mid])])
+    assert report.keys == ["norm +3 keys", "task.scheduler.warmup_steps"]
+    assert {v.label: v.choices["norm +3 keys"] for v in report.variants} == {
+        "gpt_nano_char": "#1", "gpt_nano_char_fast": "#2", "gpt_nano_char_mid": "#2"}
+    for d in range(3):  # the same name for all: the factor cannot be named by the experiment
+        for seed in (1, 2):
+            write_run(tmp_path / "b" / f"{d}-{seed}", {"name": "x", "seed": seed, "a": d, "b": -d}, [{"step": 9, "val/loss": 2.0 + d}])
+    report = collect([tmp_path / "b"])
+    assert report.keys == ["a +1 keys"] and [v.choices["a +1 keys"] for v in report.variants] == ["#1", "#2", "#3"]
+    with pytest.raises(LabError, match="--label x names the one set of keys that change together, but these variants have 0"):
+        collect([_ablation(tmp_path / "c")], label="x")
+
+
+def test_legend_and_point_labels_are_bounded():
+    from lab.report.charts import LABEL_MAX, bounded
+
+    assert bounded("x" * LABEL_MAX) == "x" * LABEL_MAX and bounded("x" * 100) == "x" * (LABEL_MAX - 1) + "…"
+
+
+# ---------------------------------------------------------------------------------------------- live
+
+def test_watch_makes_the_open_page_reload_itself_while_a_run_is_running(tmp_path):
+    """--watch re-rendered report.html, but the page a person had open never changed until reloaded by hand."""
+    import argparse
+
+    from lab.report.__main__ import render
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    args = argparse.Namespace(paths=[root], metric=None, baseline=None, budget="common", value="final", ignore=[],
+                              label=None, out=None, force=False, wandb="off", watch=True)
+    render(args)
+    assert 'http-equiv="refresh"' not in (root / "report.html").read_text()  # every run ended: a still page
+    (root / "0" / "train.log").write_text("... step 3\n")  # no end recorded, written just now: running
+    render(args)
+    page = (root / "report.html").read_text()
+    assert '<meta http-equiv="refresh" content="5">' in page and "this page reloads every 5 s" in page
+    assert "history.replaceState(null,'','#x='" in page  # the controls survive the reload in the address
+    args.watch = False
+    render(args)
+    assert 'http-equiv="refresh"' not in (root / "report.html").read_text()  # a saved report never reloads
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_for_the_plot(tmp_path):
+    """What a person sees of a two-preset report: every chart drawn, each marker inside its plot area, each
+    plot area at least half its chart's width (legends took ~45%), the config difference behind a click."""
+    from lab.report import html
+
+    root = _presets(tmp_path / "runs", [{}, {**FAST, "name": "gpt_nano_char_fast_with_a_much_longer_recipe_name"}])
+    probe = ("<script>setTimeout(()=>{const bad=[],narrow=[];document.querySelectorAll('.chart').forEach(d=>{"
+             "const area=d.querySelector('.nsewdrag');if(!area)return;const a=area.getBoundingClientRect(),"
+             "c=d.getBoundingClientRect();if(a.width<0.5*c.width)narrow.push(d.title);d.querySelectorAll('.point')"
+             ".forEach(p=>{const r=p.getBoundingClientRect(),x=(r.left+r.right)/2,y=(r.top+r.bottom)/2;"
+             "if(x<a.left-1||x>a.right+1||y<a.top-1||y>a.bottom+1)bad.push(d.title)})});"
+             "document.body.dataset.outside=JSON.stringify(bad);document.body.dataset.narrow=JSON.stringify(narrow)},3000)</script>")
+    page = root / "report.html"
+    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), tmp_path / "p")
+    _rendered(dom)
+    assert json.loads(html_unescape(re.search(r'data-outside="([^"]*)"', dom).group(1))) == []
+    assert json.loads(html_unescape(re.search(r'data-narrow="([^"]*)"', dom).group(1))) == []
+    assert re.search(r"<details><summary><h2[^>]*>Config difference \(5 keys\)</h2></summary>", dom)

@@ -136,9 +136,22 @@ def decide_wandb(cfg) -> None:
     os.environ["WANDB_MODE"] = mode  # DDP ranks inherit the decision
 
 
+def job_tags_and_name(name: str | None, overrides: list[str], num: int) -> tuple[list[str], str]:
+    """(tags, run name) of a sweep job from its overrides: tags hold the variant's choices (W&B's grouping by
+    tag then shows the ablation), never a seed (each seed would be a group of one) nor ckpt_path (a resumed
+    job's attempt, not a choice: its continued run keeps the tags its siblings have); the name carries the
+    job number and every choice with its seed, short keys (`positions=rotary seed=2`). W&B caps tags at 64
+    characters and names at 128."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith("ckpt_path=")]
+    key = lambda o: o.lstrip("+~").split("=", 1)[0]  # noqa: E731
+    tags = [o[:64] for o in kept if key(o).rsplit(".", 1)[-1] != "seed"]
+    short = " ".join(f"{key(o).rsplit('.', 1)[-1]}={o.split('=', 1)[1]}" if "=" in o else o for o in kept)
+    return tags, f"{name}-{num} {short}".strip()[:128]
+
+
 def sweep_settings(name: str | None) -> dict:
     """W&B grouping for a job of a Hydra multirun (grid or Optuna): group = <name>/<sweep directory name>
-    (its start time), job_type = sweep, tags = the job's overrides, name = <name>-<job number>.
+    (its start time), job_type = sweep, tags and name from its overrides (job_tags_and_name).
     Empty outside a multirun (W&B sweeps via `wandb agent` group their runs themselves)."""
     from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
     from hydra.types import RunMode  # noqa: PLC0415
@@ -146,14 +159,8 @@ def sweep_settings(name: str | None) -> dict:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return {}
     hc = HydraConfig.get()
-    return {
-        "group": f"{name}/{Path(hc.sweep.dir).name}",
-        "job_type": "sweep",
-        # W&B caps tags at 64 characters; ckpt_path is added to a resumed job's overrides (lab.runtime.sweeps.jobs):
-        # an attempt, not a choice, so its continued run keeps the tags its siblings have
-        "tags": [o[:64] for o in hc.overrides.task if not o.lstrip("+").startswith("ckpt_path=")],
-        "name": f"{name}-{hc.job.num}",
-    }
+    tags, run_name = job_tags_and_name(name, list(hc.overrides.task), hc.job.num)
+    return {"group": f"{name}/{Path(hc.sweep.dir).name}", "job_type": "sweep", "tags": tags, "name": run_name}
 
 
 def is_own_resume(params: dict) -> bool:

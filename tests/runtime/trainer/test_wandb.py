@@ -202,3 +202,14 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
     assert "anonymous" not in logger._wandb_init
     assert is_own_resume({"ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"), "paths": {"output_dir": str(tmp_path)}})
     assert not is_own_resume({"ckpt_path": "/elsewhere/pretrained.ckpt", "paths": {"output_dir": str(tmp_path)}})
+
+
+def test_a_sweep_jobs_tags_are_its_choices_and_its_name_carries_the_variant():
+    """Tags held every override, `seed=2` included (W&B's group-by-tag split each variant by seed), and the
+    name was `<name>-<job>` only (issue 47 item 5)."""
+    from lab.runtime.trainer.loggers import job_tags_and_name
+
+    tags, name = job_tags_and_name("gpt_nano_char", ["model.positions=rotary", "seed=2", "data.seed=3",
+                                                     "ckpt_path=/r/1/checkpoints/last.ckpt", "+task.optimizer.lr=" + "1" * 100], 4)
+    assert tags == ["model.positions=rotary", "+task.optimizer.lr=" + "1" * 45]
+    assert name.startswith("gpt_nano_char-4 positions=rotary seed=2 seed=3 lr=111") and len(name) == 128
