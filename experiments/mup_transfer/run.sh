@@ -13,4 +13,4 @@ python -m lab.train -m +experiment=gpt_nano_char name=mup_transfer \
   task.scheduler.warmup_steps=10 task.scheduler.min_lr=0 trainer.gradient_clip_val=null data.eval_batches=20 \
   test=false task.samples=null callbacks.checkpoint=null callbacks.progress=null logger.wandb.mode=disabled \
   hydra.sweep.dir="$OUT" "$@"
-python -m lab.report "$OUT" --transfer
+python -m lab.report "${OUT:-runs/mup_transfer/adamw}" --transfer

@@ -35,6 +35,9 @@ def collect_points(paths: list[Path], metric: str = "val/loss") -> list[Point]:
     for path in found:
         run = load_run(path, path)
         values = [row[metric] for row in run.rows if metric in row]
+        if run.config.get(WIDTH) is None or run.config.get(LR) is None:
+            raise LabError(f"{path} has no {WIDTH} or {LR} in its config.yaml: --transfer compares runs of one model "
+                           "at several widths and lrs (experiments/mup_transfer/run.sh); drop --transfer for this one")
         points.append(Point(str(run.config.get(PARAMETRIZATION, "sp")), int(run.config[WIDTH]), float(run.config[LR]),
                             int(run.config.get(SEED, 0)), values[-1] if values else math.nan))
     return points

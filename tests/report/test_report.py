@@ -412,7 +412,9 @@ def _runs_for(word: str, n_paths: int, options: dict[str, str], cwd: Path) -> No
     """Synthetic runs where a documented path or glob expects them: 2 variants x 2 seeds."""
     path = Path(word) if Path(word).is_absolute() else cwd / word
     baseline, metric = options.get("--baseline"), options.get("--metric", "val/loss")
-    cfg = lambda name, seed, depth: {"name": name, "seed": seed, "model": {"n_layers": depth}, "optimized_metric": "val/loss"}  # noqa: E731
+    transfer = options.get("--transfer") is not None  # lab.report.transfer reads each run's width and lr
+    cfg = lambda name, seed, depth: {"name": name, "seed": seed, "model": {"n_layers": depth, **({"d_model": 32 * depth} if transfer else {})},  # noqa: E731
+                                     "optimized_metric": "val/loss", **({"task": {"optimizer": {"lr": 1e-3}}} if transfer else {})}
     rows = lambda seed, depth: [{"step": 9, "val/loss": 3.0 - depth / 10 + seed / 100, metric: 20.0 + depth + seed / 10}]  # noqa: E731
     if "*" in word:  # every * a directory level of its own: variant-seed names
         for depth, name in ((1, baseline or "base"), (2, "other")):
@@ -440,11 +442,16 @@ def test_every_documented_report_command_works_as_written(args, tmp_path, monkey
     words = _shell_words(args, cwd, noglob=True)
     options = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and i + 1 < len(words)}
     paths = [w for i, w in enumerate(words) if not w.startswith("--") and not (i and words[i - 1] in options)]
+    if "--transfer" in words:
+        options["--transfer"] = ""  # a flag: _runs_for gives the runs a width and an lr
     for p in paths:
         _runs_for(p, len(paths), options, cwd)
     monkeypatch.chdir(cwd)
     main([*_shell_words(args, cwd, noglob=False), "--wandb", "off"])
     out = Path(options["--out"]) if "--out" in options else (Path(paths[0]) if len(paths) == 1 and "*" not in paths[0] else Path("."))
+    if "--transfer" in options:  # the figure and the best-lr table instead of the report: a row per width
+        assert len(re.findall(r"^\| sp \| \d+ \|", (out / "transfer.md").read_text(), re.M)) >= 2
+        return
     md = (out / "report.md").read_text()
     assert re.search(r"# lab report: 2 variants, (4|2) runs in ", md), md[:300]
     if "--baseline" in options:
@@ -1012,7 +1019,7 @@ def test_watch_makes_the_open_page_reload_itself_while_a_run_is_running(tmp_path
 
     root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
     args = argparse.Namespace(paths=[root], metric=None, baseline=None, budget="common", value="final", ignore=[],
-                              label=None, out=None, force=False, wandb="off", watch=True)
+                              label=None, scaling="auto", out=None, force=False, wandb="off", watch=True)
     render(args)
     assert 'http-equiv="refresh"' not in (root / "report.html").read_text()  # every run ended: a still page
     (root / "0" / "train.log").write_text("... step 3\n")  # no end recorded, written just now: running

@@ -52,3 +52,16 @@ def test_cli_writes_the_figure_and_the_table(tmp_path, capsys):
     assert "| sp | 128 | 0.00781 | -7 |" in md and "| sp | 256 |" in md and "nan" in md
     html = (tmp_path / "out" / "transfer.html").read_text()
     assert "log2(Adam lr)" in html and "width 256" in html
+
+
+def test_runs_without_a_width_or_lr_are_one_error_line(tmp_path):
+    """A classifier run or a hand-written config without model.d_model: one line naming the run, not a KeyError."""
+    from lab.errors import LabError
+    from lab.report.transfer import collect_points
+
+    run = tmp_path / "0"
+    (run / "csv").mkdir(parents=True)
+    (run / "config.yaml").write_text("model: {n_layers: 2}\ntask: {optimizer: {lr: 0.001}}\n")
+    (run / "csv" / "metrics.csv").write_text("step,val/loss\n9,2.5\n")
+    with pytest.raises(LabError, match="has no model.d_model"):
+        collect_points([tmp_path])
