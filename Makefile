@@ -10,7 +10,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: with it present, the project's torch>= requirement installs nothing more
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# and pinned again in the same resolve: a dependency's own unpinned torch requirement (mup -> torchvision, whose
+	# newest release needs a newer torch) must pick a release that fits this torch, not replace it with a CUDA build
+	$(PY) -m pip install --quiet -e '.[dev]' torch==$(TORCH_VERSION)
 	$(PY) -m pip check
 	touch $@
 
