@@ -10,10 +10,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: with it present, the project's torch>= requirement installs nothing more
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
-	# and pinned again in the same resolve: a dependency's own unpinned torch requirement (mup -> torchvision, whose
-	# newest release needs a newer torch) must pick a release that fits this torch, not replace it with a CUDA build
-	$(PY) -m pip install --quiet -e '.[dev]' torch==$(TORCH_VERSION)
+	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip check
+	# mup 1.0.0, the reference tests/nn/test_mup.py checks lab's µP rules against, without its declared dependencies:
+	# `import mup` needs torch and pyyaml only, while its metadata asks for torchvision (whose PyPI build needs a newer
+	# torch, or breaks transformers' imports on the CPU torch: "operator torchvision::nms does not exist") and the
+	# plotting stack of its coordinate-check helper. So not in the dev extra, and after `pip check`.
+	$(PY) -m pip install --quiet --no-deps mup==1.0.0
 	touch $@
 
 setup: $(VENV)/.installed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 
-import mup
 import numpy as np
 import pytest
 import torch
@@ -76,6 +75,7 @@ def test_init_and_adam_lrs_are_the_mup_packages(width):
     Adam lr and weight decay, and its init = sp's same draw x width_mult^-1/2 for the matrix-like (mup.init's
     rule). Catches a hidden lr of base/d_model^2 or 1, the init's exponent, decay left unscaled, a vector or
     embedding scaled."""
+    mup = pytest.importorskip("mup", reason="the reference implementation: make setup installs it (pip install --no-deps mup)")
     model, sp = build("gpt", width, "mup", base=64, n_heads=4), build("gpt", width, n_heads=4)
     mup.set_base_shapes(model, build("gpt", 64, n_heads=4), rescale_params=False, do_assert=False)  # tied head: an Embedding
     roles = model.parameter_roles()
