@@ -8,6 +8,7 @@ from __future__ import annotations
 from mutants_moe import Mutant
 
 T = "tests/data/test_held_out.py"
+MLM = f"{T}::test_the_mlm_records_and_says_its_held_out_splits_and_names_a_cache_of_before_the_caps"
 BEST = "tests/runtime/inference/test_best_runs.py::test_each_variant_is_its_run_with_the_lowest_val_loss"
 
 MUTANTS = [
@@ -41,9 +42,13 @@ MUTANTS = [
     Mutant("held out: a share far above the one asked is not warned about", "lab/data/corpora.py",
            "if asked and not asked / FAR <= share <= asked * FAR:", "if asked and share < asked / FAR:",
            [f"{T}::test_a_held_out_split_far_from_the_share_asked_is_warned_about_with_its_share"]),
-    Mutant("held out: a cache from before the caps is named when there is none", "lab/data/lm.py",
-           "(self._prepared_dir(old)[0] / MANIFEST).exists():", "True:",
+    Mutant("held out: a cache from before the caps is named when there is none", "lab/data/shards.py",
+           "not (out / MANIFEST).exists() and (old / MANIFEST).exists():", "not (out / MANIFEST).exists():",
            [f"{T}::test_a_cache_prepared_before_the_caps_is_named_when_the_capped_split_is_prepared"]),
+    Mutant("held out: the MLM records and says no held-out splits", "lab/data/mlm.py",
+           "return one.held_out if len(self.corpora) == 1", "return {} if len(self.corpora) == 1", [MLM]),
+    Mutant("held out: the MLM looks for the capped plan's cache as the one before the caps", "lab/data/mlm.py",
+           "            files = corpus.before_caps\n", "            pass\n", [MLM]),
     Mutant("best run: a run is judged by its last validation", "lab/runtime/inference/evaluation.py",
            'value = min(values) if mode == "min" else max(values)', "value = values[-1]", [BEST]),
     Mutant("best run: each seed is a variant", "lab/runtime/inference/evaluation.py",

@@ -13,9 +13,18 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lab.data.batching import per_device_batch, step_ordered_sampler
-from lab.data.corpora import held_out_lines
 from lab.data.datamodule import LabDataModule
-from lab.data.shards import MANIFEST, FullPassWindows, ShardedTokens, TokenShard, prepare, shard_bytes, tokenizer_sample
+from lab.data.shards import (
+    MANIFEST,
+    FullPassWindows,
+    ShardedTokens,
+    TokenShard,
+    prepare,
+    say_before_caps,
+    say_held_out,
+    shard_bytes,
+    tokenizer_sample,
+)
 from lab.data.sources.reading import DataReport
 from lab.data.tokenizers import (
     Rereadable,
@@ -112,11 +121,8 @@ class LMDataModule(LabDataModule):
 
     def prepare_data(self) -> None:
         out, files = self._prepared_dir()
-        old = self.corpus.before_caps
-        if old is not None and not (out / MANIFEST).exists() and (self._prepared_dir(old)[0] / MANIFEST).exists():
-            log.info("data: the held-out splits are capped now (data.corpus.val_max_mb / test_max_mb), so the cache %s "
-                     "(held-out file tails) is not used: preparing once with the caps (null: no cap, that cache)",
-                     self._prepared_dir(old)[0])
+        if self.corpus.before_caps is not None:
+            say_before_caps(out, self._prepared_dir(self.corpus.before_caps)[0])
         sample = None if self.tokenizer_kind == "char" else self.sample_bytes  # a sampled char set would drop text
 
         def make_tokenizer(path: Path):
@@ -160,11 +166,7 @@ class LMDataModule(LabDataModule):
                                                                                for s, f in splits.items()},
                        "held_out": self.corpus.held_out}
         report.log()
-        said, warnings = held_out_lines(self.corpus.held_out, splits)
-        for line in said:
-            log.info("%s", line)
-        for line in warnings:
-            log.warning("%s", line)
+        say_held_out(self.corpus.held_out, splits)
         log.info("data: val/* is an estimate from %d sampled windows (data.eval_batches x batch_size); test/* scores "
                  "every token of the %s split once (windows of %d, stride %d)", self.eval_batches * self.batch_size,
                  "test" if "test" in splits else "val (no test split: set data.corpus.test_fraction or test_files)",

@@ -23,7 +23,16 @@ from lab.data.cache import write_once
 from lab.data.classification import BERT_SPECIALS
 from lab.data.corpora import FilePlan, StreamedCorpus
 from lab.data.datamodule import LabDataModule
-from lab.data.shards import MANIFEST, Progress, Shard, prepare, shard_bytes, tokenizer_sample
+from lab.data.shards import (
+    MANIFEST,
+    Progress,
+    Shard,
+    prepare,
+    say_before_caps,
+    say_held_out,
+    shard_bytes,
+    tokenizer_sample,
+)
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.data.sources.text import normalize_sentence
 from lab.data.tokenizers import Rereadable, load_or_train, tokenizer_from_json, training_key
@@ -162,12 +171,15 @@ class Segments(torch.utils.data.Dataset):
         return i, self.ids[k][o[j] : o[j + 1]].tolist()
 
 
-def planned(corpus, cache_dir: Path, verify: str) -> tuple[list[FilePlan], str, DataReport]:
+def planned(corpus, cache_dir: Path, verify: str, before_caps: bool = False) -> tuple[list[FilePlan], str, DataReport]:
     """A corpus as files to stream and its cache key. A corpus with `files()` (text files, Shakespeare) is
-    streamed from its files; one with only `load()` -> Documents (a labelled data set's sentences: small, held
-    in memory by its own loader) is written once as JSON lines in the cache, a record per document."""
+    streamed from its files (before_caps: as planned before held-out caps, where they change the plan); one with
+    only `load()` -> Documents (a labelled data set's sentences: small, held in memory by its own loader) is
+    written once as JSON lines in the cache, a record per document."""
     if isinstance(corpus, StreamedCorpus):
         files = corpus.files(cache_dir)
+        if before_caps and corpus.before_caps is not None:
+            files = corpus.before_caps
         return files, corpus.key(files, verify), corpus.listing
     docs = corpus.load(cache_dir)
     fmt, plans = FileFormat(prefix="data.corpora."), []
@@ -209,11 +221,12 @@ class MLMDataModule(LabDataModule):
         self.sample_bytes = None if tokenizer_sample_mb is None else int(tokenizer_sample_mb * 1e6)
         self.verify, self.shard_bytes = verify, shard_bytes(shard_mb)
 
-    def _plan(self) -> tuple[Path, Path, list[FilePlan], DataReport]:
-        """-> (the prepared directory, the tokenizer's cache file, the files, what planning read)."""
+    def _plan(self, before_caps: bool = False) -> tuple[Path, Path, list[FilePlan], DataReport]:
+        """-> (the prepared directory, the tokenizer's cache file, the files, what planning read); before_caps:
+        of the corpora's plans before held-out caps."""
         files, keys, report = [], [], DataReport("mlm")
         for corpus in self.corpora:
-            f, key, read = planned(corpus, self.cache_dir, self.verify)
+            f, key, read = planned(corpus, self.cache_dir, self.verify, before_caps)
             files, keys = files + f, keys + [key]
             report.merge(read)
         tok_key = f"{'|'.join(keys)}|{training_key('wordpiece')}|{self.vocab_size_setting}|{self.sample_bytes}"
@@ -221,8 +234,16 @@ class MLMDataModule(LabDataModule):
         key = hashlib.sha256(f"{tok_key}|segments|{self.max_length}|shard_bytes:{self.shard_bytes}".encode()).hexdigest()[:16]
         return self.cache_dir / "mlm" / key, tok_file, files, report
 
+    def _held_out(self) -> dict:
+        """The one corpus's held_out (a StreamedCorpus's, set by planning), else {}: several corpora are prepared
+        into the same splits, so a split's share of the text is no one corpus's to say."""
+        one = self.corpora[0]
+        return one.held_out if len(self.corpora) == 1 and isinstance(one, StreamedCorpus) else {}
+
     def prepare_data(self) -> None:
         out, tok_file, files, _ = self._plan()
+        if any(isinstance(c, StreamedCorpus) and c.before_caps is not None for c in self.corpora):
+            say_before_caps(out, self._plan(before_caps=True)[0])
 
         def make_tokenizer(path: Path):
             tok = load_or_train(tok_file, "wordpiece", Rereadable(partial(tokenizer_sample, files, self.sample_bytes)), BERT_SPECIALS,
@@ -231,7 +252,8 @@ class MLMDataModule(LabDataModule):
             return tok
 
         settings = {"tokenizer": "wordpiece", "vocab_size": self.vocab_size_setting, "max_length": self.max_length,
-                    "tokenizer_sample_bytes": self.sample_bytes, "shard_bytes": self.shard_bytes}
+                    "tokenizer_sample_bytes": self.sample_bytes, "shard_bytes": self.shard_bytes,
+                    "held_out": self._held_out()}
         prepare(out, files, make_tokenizer, partial(SegmentShard, max_length=self.max_length), settings, self.shard_bytes)
 
     def setup(self, stage: str | None = None) -> None:
@@ -253,8 +275,10 @@ class MLMDataModule(LabDataModule):
                 report.note("truncated", split, f"lines longer than data.max_length={self.max_length} tokens (cut)",
                             count=facts["truncated"])
         self.report = {**report.to_dict(), "prepared": str(out), "manifest": {s: {k: v for k, v in f.items() if k != "names"}
-                                                                               for s, f in splits.items()}}
+                                                                               for s, f in splits.items()},
+                       "held_out": self._held_out()}
         report.log()
+        say_held_out(self._held_out(), splits)
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         self.datasets = {s: Segments(out, f["shards"], meta["dtype"]) for s, f in splits.items()}
         self.use_for_test("test" if "test" in splits else "val")

@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lab.data.cache import publish_dir
-from lab.data.corpora import FilePlan
+from lab.data.corpora import FilePlan, held_out_lines
 from lab.data.sources.reading import DataReport, drop_overlap
 from lab.data.sources.stream import Stat, documents_of, safe_cuts
 from lab.data.sources.text import normalize_document
@@ -351,6 +351,23 @@ def _prepare_file(index: int, plan: FilePlan, new_shard: NewShard, tok, dtype: n
         report.note("skipped", plan.field, "empty files", str(plan.path))
     record["hash"], record["report"] = text_hash.hexdigest(), report.to_dict()
     return record
+
+
+def say_before_caps(out: Path, old: Path) -> None:
+    """One line when the prepared directory `out` (a plan with held-out caps) is not there yet but `old`, the
+    directory of the plan the files had before the caps (StreamedCorpus.before_caps), is: that cache is not used."""
+    if old != out and not (out / MANIFEST).exists() and (old / MANIFEST).exists():
+        log.info("data: the held-out splits are capped now (data.corpus.val_max_mb / test_max_mb), so the cache %s "
+                 "(held-out file tails) is not used: preparing once with the caps (null: no cap, that cache)", old)
+
+
+def say_held_out(held_out: dict, splits: dict) -> None:
+    """Log lab.data.corpora.held_out_lines for a corpus's held_out and the prepared splits (the manifest's)."""
+    said, warnings = held_out_lines(held_out, splits)
+    for line in said:
+        log.info("%s", line)
+    for line in warnings:
+        log.warning("%s", line)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import lab.data.shards as shards
 import lab.data.sources.stream as stream
 from lab.data.corpora import FilePlan, TextFiles, spread, stat_key
 from lab.data.lm import LMDataModule
+from lab.data.mlm import MLMDataModule
 from lab.data.sources.reading import DataReport, FileFormat
 from lab.errors import DataError
 
@@ -170,6 +171,34 @@ def test_a_cache_prepared_before_the_caps_is_named_when_the_capped_split_is_prep
         new.setup()
     assert f"the cache {old.report['prepared']} (held-out file tails) is not used" in caplog.text
     assert new.report["prepared"] != old.report["prepared"]
+
+
+def test_the_mlm_records_and_says_its_held_out_splits_and_names_a_cache_of_before_the_caps(tmp_path, caplog):
+    """The MLM streams TextFiles with the same caps as the LM: 4,000 lines, 10% asked for each split, capped at
+    2,000 bytes each, so both are spread; its manifest and data report record that, one line says it, and the
+    cache it prepared without caps (the file tails) is named. Catches the MLM recording or saying none of it."""
+    files = lines_corpus(tmp_path, (4000,))
+
+    def mlm(cap: float | None) -> MLMDataModule:
+        return MLMDataModule([TextFiles(files, test_fraction=0.1, val_max_mb=cap, test_max_mb=cap)], vocab_size=200,
+                             max_length=16, batch_size=4, cache_dir=str(tmp_path / "cache"))
+
+    old = mlm(None)
+    old.setup()
+    assert (old.report["held_out"]["val"]["drawn"], old.report["held_out"]["val"]["capped"]) == ("tails", False)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="lab"):
+        new = mlm(0.002)
+        new.prepare_data()
+        new.setup()
+    held = new.report["held_out"]
+    assert [(held[s]["planned_bytes"], held[s]["drawn"], held[s]["capped"]) for s in ("val", "test")] == [(2000, "spread", True)] * 2
+    manifest = json.loads((Path(new.report["prepared"]) / "manifest.json").read_text())
+    assert manifest["settings"]["held_out"] == held
+    said = [r.message for r in caplog.records if r.message.startswith("data: held out")]
+    assert len(said) == 1 and f"val 2.0 kB ({new.report['manifest']['val']['tokens']:,} tokens" in said[0]
+    assert "capped at data.corpus.val_max_mb=0.002" in said[0]
+    assert f"the cache {old.report['prepared']} (held-out file tails) is not used" in caplog.text
 
 
 def test_a_held_out_split_far_from_the_share_asked_is_warned_about_with_its_share(tmp_path, caplog):
