@@ -30,7 +30,8 @@ class Progress(ProgressBar):
 
     The end-of-run test pass scores every held-out token once, so it costs what the test split holds, not what
     the run trained: it says so in a line before (its batches, how to skip or defer it), shows its ETA (the bar, or
-    a `test progress` line every `log_every_percent` % of its batches), and logs its tokens and time after."""
+    a `test progress` line every `log_every_percent` % of its batches), and logs after it the token
+    positions it put through the model (an LM's overlapping windows: more than the split's tokens) and its time."""
 
     def __init__(self, refresh_rate: int = 10, log_every_percent: int = 10):
         super().__init__()
@@ -190,7 +191,9 @@ class Progress(ProgressBar):
         self._eval_end()
         if self._shown(trainer):
             tokens = self._test_tokens * trainer.world_size  # this device's count x world size, as perf/tokens_seen
-            log.info("test: scored %s tokens in %.1f s", _si(tokens), time.perf_counter() - self._test_t0)
+            log.info("test: %s token positions through the model in %.1f s (an LM's test windows overlap: about "
+                     "block_size / data.eval_stride positions per test token, each token scored once)", _si(tokens),
+                     time.perf_counter() - self._test_t0)
 
 
 def progress_bar_setting(trainer_cfg, callbacks: list) -> dict:

@@ -1,5 +1,5 @@
 """The end-of-run test pass says what it costs: a line before it, `test progress` lines with an ETA in a log
-file (no terminal), and its token count and time after it."""
+file (no terminal), and the token positions it put through the model and its time after it."""
 from __future__ import annotations
 
 import logging
@@ -30,4 +30,4 @@ def test_the_test_pass_logs_its_eta_every_tenth_and_its_tokens_and_time(caplog, 
     done = [int(m) for m in re.findall(r"test progress: batch (\d+)/20 · ETA \d\d:\d\d:\d\d", text)]
     assert done == list(range(1, 20, 2)), done
     # catches: tokens of one batch only, or not scaled by the world size (by hand: 2 x sum(100..119) = 4380)
-    assert re.search(r"test: scored 4\.4k tokens in \d+\.\d s", text), text
+    assert re.search(r"test: 4\.4k token positions through the model in \d+\.\d s \(an LM's test windows overlap", text), text
