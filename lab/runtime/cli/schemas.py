@@ -70,8 +70,13 @@ def schema_fields(group: str) -> set[str]:
 
 
 def schema_for(target: str) -> type | None:
-    """The schema whose `_target_` is target (its fields document that target's keywords), or None."""
-    return next((s for s in SCHEMAS.values() if s._target_ == target), None)
+    """The schema whose `_target_` is target (its fields document that target's keywords), or None. Schemas of
+    settings no object is built from (ladder.*) have no `_target_`."""
+    return next((s for s in SCHEMAS.values() if _target_of(s) == target), None)
+
+
+def _target_of(schema: type) -> str | None:
+    return next((f.default for f in dataclasses.fields(schema) if f.name == "_target_"), None)
 
 
 def register() -> None:
