@@ -8,6 +8,7 @@ from __future__ import annotations
 from mutants_moe import Mutant
 
 T = "tests/data/test_held_out.py"
+MLMS = f"{T}::test_an_mlm_of_several_corpora_says_and_records_what_each_held_out_under_its_own_path"
 MLM = f"{T}::test_the_mlm_records_and_says_its_held_out_splits_and_names_a_cache_of_before_the_caps"
 BEST = "tests/runtime/inference/test_best_runs.py::test_each_variant_is_its_run_with_the_lowest_val_loss"
 
@@ -46,7 +47,11 @@ MUTANTS = [
            "not (out / MANIFEST).exists() and (old / MANIFEST).exists():", "not (out / MANIFEST).exists():",
            [f"{T}::test_a_cache_prepared_before_the_caps_is_named_when_the_capped_split_is_prepared"]),
     Mutant("held out: the MLM records and says no held-out splits", "lab/data/mlm.py",
-           "return one.held_out if len(self.corpora) == 1", "return {} if len(self.corpora) == 1", [MLM]),
+           "return next(iter(streamed.values()), {})", "return {}", [MLM]),
+    Mutant("held out: an MLM of several corpora gives each corpus's plan as a share of the shared splits",
+           "lab/data/mlm.py", "splits if len(self.corpora) == 1 else None", "splits", [MLMS]),
+    Mutant("held out: an MLM corpus's line names data.corpus.* settings", "lab/data/corpora.py",
+           'if where == "data.corpus" else (lambda name: f"{where}\'s {name}")', "", [MLM, MLMS]),
     Mutant("held out: the MLM looks for the capped plan's cache as the one before the caps", "lab/data/mlm.py",
            "            files = corpus.before_caps\n", "            pass\n", [MLM]),
     Mutant("best run: a run is judged by its last validation", "lab/runtime/inference/evaluation.py",

@@ -271,29 +271,38 @@ class TextFiles:
 FAR = 2.0  # a held-out split more than FAR times (or under 1/FAR of) the share asked is warned about
 
 
-def held_out_lines(held_out: dict, splits: dict) -> tuple[list[str], list[str]]:
+def held_out_lines(held_out: dict, splits: dict | None, where: str = "data.corpus") -> tuple[list[str], list[str]]:
     """-> (one line saying how much was held out and how to change it, or none; a warning per split whose share
     of the prepared text is far from the share asked, e.g. a single record or a whole file) for a corpus's
-    held_out (StreamedCorpus) and the prepared splits' facts (bytes, tokens, documents of the manifest)."""
+    held_out (StreamedCorpus) and the prepared splits' facts (bytes, tokens, documents of the manifest).
+    splits None: the corpus shares its splits with others (an MLM's data.corpora), so the line gives the bytes
+    planned from this corpus and its share of this corpus's text. where: the corpus's config, data.corpus or an
+    item of a list (data.corpora[1]), whose settings are given inside the item, not as dotted overrides."""
     if not held_out:
         return [], []
-    text = sum(f["bytes"] for f in splits.values())
+    setting = (lambda name: f"data.corpus.{name}") if where == "data.corpus" else (lambda name: f"{where}'s {name}")
+    text = sum(f["bytes"] for f in splits.values()) if splits is not None else 0
     said, warnings = [], []
     for s, h in held_out.items():
-        got = splits.get(s, {"bytes": 0, "tokens": 0, "documents": 0})
         asked = h["planned_bytes"] / max(h["of_bytes"], 1) if h["capped"] else h["fraction"]
-        share = got["bytes"] / max(text, 1)
+        if splits is None:
+            got, share = {"bytes": h["planned_bytes"]}, h["planned_bytes"] / max(h["of_bytes"], 1)
+        else:
+            got = splits.get(s, {"bytes": 0, "tokens": 0, "documents": 0})
+            share = got["bytes"] / max(text, 1)
         size = f"{got['bytes'] / 1e6:,.1f} MB" if got["bytes"] >= 1e5 else f"{got['bytes'] / 1e3:,.1f} kB"
-        capped = f"; {h['fraction']:.0%} asked, capped at data.corpus.{s}_max_mb={h['max_mb']:g}" if h["capped"] else ""
-        said.append(f"{s} {size} ({got['tokens']:,} tokens, {share:.2%} of the text{capped})")
-        if asked and not asked / FAR <= share <= asked * FAR:
+        capped = f"; {h['fraction']:.0%} asked, capped at {setting(s + '_max_mb')}={h['max_mb']:g}" if h["capped"] else ""
+        tokens = f"{got['tokens']:,} tokens, " if "tokens" in got else "planned, "
+        said.append(f"{s} {size} ({tokens}{share:.2%} of the text{capped})")
+        if splits is not None and asked and not asked / FAR <= share <= asked * FAR:
             warnings.append(f"data: the {s} split is {share:.2%} of the text ({got['documents']:,} documents), far from "
                             f"the {asked:.2%} asked: held-out text is cut at whole documents (records, or lines when "
-                            f"capped) and this corpus has few or long ones; give data.corpus.{s}_files= to choose it")
+                            f"capped) and this corpus has few or long ones; give {setting(s + '_files')}= to choose it")
     first = next(iter(held_out.values()))
     drawn = (f"as {first['stretches']:,} stretches of whole lines or records spread over the files "
-             f"(data.corpus.split_seed={first['split_seed']})") if first["drawn"] == "spread" else \
-        "as the last part of each file (the fractions are within data.corpus.*_max_mb)"
-    line = (f"data: held out {' and '.join(said)}, {drawn}; change with data.corpus.val_max_mb= / test_max_mb= "
-            "(null: no cap), *_fraction= or *_files=")
+             f"({setting('split_seed')}={first['split_seed']})") if first["drawn"] == "spread" else \
+        f"as the last part of each file (the fractions are within {setting('*_max_mb')})"
+    whose = "" if where == "data.corpus" else f"from {where} "
+    line = (f"data: held out {whose}{' and '.join(said)}, {drawn}; change with {setting('val_max_mb')}= / "
+            "test_max_mb= (null: no cap), *_fraction= or *_files=")
     return [line], warnings

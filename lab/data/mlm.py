@@ -235,10 +235,22 @@ class MLMDataModule(LabDataModule):
         return self.cache_dir / "mlm" / key, tok_file, files, report
 
     def _held_out(self) -> dict:
-        """The one corpus's held_out (a StreamedCorpus's, set by planning), else {}: several corpora are prepared
-        into the same splits, so a split's share of the text is no one corpus's to say."""
-        one = self.corpora[0]
-        return one.held_out if len(self.corpora) == 1 and isinstance(one, StreamedCorpus) else {}
+        """The one corpus's held_out (a StreamedCorpus's, set by planning); with several corpora, each streamed
+        one's under its place in the list ("data.corpora[i]"): they are prepared into the same splits, so what each
+        held out is its plan (bytes of its own text), not a share of the prepared splits."""
+        streamed = self._streamed()
+        if len(self.corpora) == 1:
+            return next(iter(streamed.values()), {})
+        return {"by_corpus": streamed} if streamed else {}
+
+    def _streamed(self) -> dict[str, dict]:
+        """{config path: held_out} of the streamed corpora that hold text out."""
+        return {f"data.corpora[{i}]": c.held_out for i, c in enumerate(self.corpora)
+                if isinstance(c, StreamedCorpus) and c.held_out}
+
+    def _say_held_out(self, splits: dict) -> None:
+        for where, held_out in self._streamed().items():
+            say_held_out(held_out, splits if len(self.corpora) == 1 else None, where)
 
     def prepare_data(self) -> None:
         out, tok_file, files, _ = self._plan()
@@ -278,7 +290,7 @@ class MLMDataModule(LabDataModule):
                                                                                for s, f in splits.items()},
                        "held_out": self._held_out()}
         report.log()
-        say_held_out(self._held_out(), splits)
+        self._say_held_out(splits)
         self.tokenizer = tokenizer_from_json((out / "tokenizer.json").read_text())
         self.datasets = {s: Segments(out, f["shards"], meta["dtype"]) for s, f in splits.items()}
         self.use_for_test("test" if "test" in splits else "val")

@@ -361,9 +361,9 @@ def say_before_caps(out: Path, old: Path) -> None:
                  "(held-out file tails) is not used: preparing once with the caps (null: no cap, that cache)", old)
 
 
-def say_held_out(held_out: dict, splits: dict) -> None:
+def say_held_out(held_out: dict, splits: dict | None, where: str = "data.corpus") -> None:
     """Log lab.data.corpora.held_out_lines for a corpus's held_out and the prepared splits (the manifest's)."""
-    said, warnings = held_out_lines(held_out, splits)
+    said, warnings = held_out_lines(held_out, splits, where)
     for line in said:
         log.info("%s", line)
     for line in warnings:

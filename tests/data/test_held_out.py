@@ -197,8 +197,30 @@ def test_the_mlm_records_and_says_its_held_out_splits_and_names_a_cache_of_befor
     assert manifest["settings"]["held_out"] == held
     said = [r.message for r in caplog.records if r.message.startswith("data: held out")]
     assert len(said) == 1 and f"val 2.0 kB ({new.report['manifest']['val']['tokens']:,} tokens" in said[0]
-    assert "capped at data.corpus.val_max_mb=0.002" in said[0]
+    assert "capped at data.corpora[0]'s val_max_mb=0.002" in said[0] and "data.corpus." not in said[0]
     assert f"the cache {old.report['prepared']} (held-out file tails) is not used" in caplog.text
+
+
+def test_an_mlm_of_several_corpora_says_and_records_what_each_held_out_under_its_own_path(tmp_path, caplog):
+    """Two streamed corpora prepared into the same splits: each one's line gives the bytes planned from its own
+    text and its own place in the list (data.corpora[i]), and data_report.json records both. 4,000 lines (40,000
+    bytes), 10% capped at 2,000 bytes: 5.00%; 1,000 lines, uncapped: 10% of 10,000 bytes = 1.0 kB. Catches the
+    lines going silent with several corpora, naming data.corpus.*, or a share of the wrong text."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    big, small = lines_corpus(tmp_path / "a", (4000,)), lines_corpus(tmp_path / "b", (1000,))
+    dm = MLMDataModule([TextFiles(big, test_fraction=0.1, val_max_mb=0.002, test_max_mb=0.002),
+                        TextFiles(small, test_fraction=0.1)], vocab_size=200, max_length=16, batch_size=4,
+                       cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level("INFO", logger="lab"):
+        dm.setup()
+    said = [r.message for r in caplog.records if r.message.startswith("data: held out")]
+    assert len(said) == 2
+    assert said[0].startswith("data: held out from data.corpora[0] val 2.0 kB (planned, 5.00% of the text; 10% asked, "
+                              "capped at data.corpora[0]'s val_max_mb=0.002)")
+    assert said[1].startswith("data: held out from data.corpora[1] val 1.0 kB (planned, 10.00% of the text)")
+    assert "change with data.corpora[1]'s val_max_mb= / test_max_mb=" in said[1]
+    by_corpus = dm.report["held_out"]["by_corpus"]
+    assert {k: v["val"]["planned_bytes"] for k, v in by_corpus.items()} == {"data.corpora[0]": 2000, "data.corpora[1]": 1000}
 
 
 def test_a_held_out_split_far_from_the_share_asked_is_warned_about_with_its_share(tmp_path, caplog):
