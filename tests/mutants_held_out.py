@@ -41,7 +41,7 @@ MUTANTS = [
            "            if not keep[part]:\n", "            if False:\n",
            [f"{T}::test_the_tokenizer_sample_of_a_spread_plan_is_its_training_text_only"]),
     Mutant("held out: a share far above the one asked is not warned about", "lab/data/corpora.py",
-           "if asked and not asked / FAR <= share <= asked * FAR:", "if asked and share < asked / FAR:",
+           "and asked and not asked / FAR <= share <= asked * FAR:", "and asked and share < asked / FAR:",
            [f"{T}::test_a_held_out_split_far_from_the_share_asked_is_warned_about_with_its_share"]),
     Mutant("held out: a cache from before the caps is named when there is none", "lab/data/shards.py",
            "not (out / MANIFEST).exists() and (old / MANIFEST).exists():", "not (out / MANIFEST).exists():",
