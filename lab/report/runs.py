@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from lab.errors import LabError
+from lab.runtime.rundir.process import start_time
 
 # A run on another host (its pid cannot be checked from here) with no end recorded is running while it writes:
 # its newest file is younger than HEARTBEAT_GAPS times the longest gap between its own log lines, and never
@@ -197,7 +198,8 @@ def heartbeat_limit(log_text: str) -> float:
 def run_status(path: Path, now: float | None = None, log_text: str | None = None) -> tuple[str, str]:
     """How a run ended: status.json when the run wrote one (finished / interrupted / failed, with the error),
     else train.log's closing line. A run with no end recorded is running when status.json's pid is alive on
-    this host (dead: stopped, whatever its files' age); on another host while it still writes (heartbeat_limit)."""
+    this host and is still the process that started then (`pid_started`: a reused pid is another process);
+    dead: stopped, whatever its files' age. On another host: while it still writes (heartbeat_limit)."""
     data = read_status(path)
     state = str(data.get("status") or data.get("state") or "")
     if state and state != "running":  # "running" is checked below: a killed job says so too
@@ -210,9 +212,13 @@ def run_status(path: Path, now: float | None = None, log_text: str | None = None
         return "finished", ""
     pid, host = data.get("pid"), data.get("host")
     if isinstance(pid, int) and host == os.uname().nodename:
-        if pid_alive(pid):
+        if not pid_alive(pid):
+            return "stopped", f"no end recorded and its process (pid {pid} on {host}) is gone: killed or crashed"
+        recorded, started = data.get("pid_started"), start_time(pid)
+        if recorded is None or started is None or started == recorded:  # no start time to compare: the pid decides
             return "running", ""
-        return "stopped", f"no end recorded and its process (pid {pid} on {host}) is gone: killed or crashed"
+        return "stopped", (f"no end recorded and its process (pid {pid} on {host}, started {recorded}) is gone: "
+                           f"pid {pid} is now another process (started {started}): killed or crashed")
     files = [f for f in (log, path / "csv" / "metrics.csv", path / "status.json") if f.is_file()]
     age = (now or time.time()) - max((f.stat().st_mtime for f in files), default=0.0)
     limit = heartbeat_limit(log_text)

@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from lab.errors import LabError
+from lab.runtime.rundir.process import start_time
 from lab.runtime.rundir.run_dir import STATUS_FILE, RunDir, now
 
 log = logging.getLogger("lab")
@@ -126,7 +127,8 @@ def sweep_job(fn):
         job = _hydra_job()
         if job is None:  # a single run: record its end, errors go on to user_errors_exit (one line, exit 2)
             out = Path(cfg.paths.output_dir)
-            write_status(out, state="running", started=now(), error=None, pid=os.getpid(), host=os.uname().nodename)
+            write_status(out, state="running", started=now(), error=None, pid=os.getpid(), pid_started=start_time(os.getpid()),
+                         host=os.uname().nodename)
             return _run(fn, cfg, out, resume_step=None)
         from lab.runtime.cli import errors as cli  # noqa: PLC0415
 
@@ -182,7 +184,7 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
             cfg.logger.wandb.id = wandb_id
             cfg.logger.wandb.resume = "allow"
     write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
-                 started=now(), pid=os.getpid(), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
+                 started=now(), pid=os.getpid(), pid_started=start_time(os.getpid()), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
     from lab.runtime.cli.console import sweep_job_console  # noqa: PLC0415
 
     try:

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 from lab.errors import LabError
 from lab.runtime.rundir.run_dir import RunDir
+from lab.runtime.trainer.wandb_resume import last_held_step, rows_between
 
 log = logging.getLogger("lab")
 MODES = ("online", "offline", "disabled")
@@ -115,7 +116,7 @@ def decide_mode(mode: str | None, require_online: bool, probe_timeout: float, sy
     if require_online:
         raise LabError(f"W&B at {url} cannot be reached ({why}) and logger.wandb.require_online=true; check the "
                        "network (or WANDB_BASE_URL), or set logger.wandb.require_online=false to log offline")
-    log.warning("W&B: %s unreachable (%s, %.1f s); logging offline, training goes on. Upload later with: "
+    log.warning("W&B: %s unreachable (%s, %.1f s); logging offline. Upload later with: "
                 "wandb sync %s/wandb/offline-run-*", url, why, time.perf_counter() - t0, sync_dir)
     return "offline"
 
@@ -175,9 +176,10 @@ def step_wandb_logger():
     """Lightning's WandbLogger with W&B's `_step` = the training step instead of a count of `log` calls: a
     resumed run's next segment (another offline-run-* directory, or the same online run) continues at the
     step it resumed from, so after `wandb sync` the segments are one run whose steps increase and never
-    repeat. Rows an earlier attempt of the same W&B run already logged (steps after its checkpoint, up to
-    the interruption: RunDir.wandb_last_step) are not logged again, with one line saying how many (lab's
-    resume is exact: the values are the same). Logs without a step (tables) join the row of the last step. The config
+    repeat. Rows an earlier attempt of the same W&B run already holds (steps after its checkpoint, up to
+    the interruption: RunDir.wandb_last_step, or its segments' files) are not logged again, with one line
+    saying how many (lab's resume is exact: the values are the same); rows a killed attempt never wrote are
+    logged again from metrics.csv before the first new one (lab.runtime.trainer.wandb_resume). Logs without a step (tables) join the row of the last step. The config
     it logs leaves out ckpt_path when it is the run's own checkpoint, so every attempt logs the first's."""
     from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
@@ -188,11 +190,16 @@ def step_wandb_logger():
             # Lightning always passes `anonymous` (None unless asked); wandb >= 0.19 warns on every run that the
             # setting has no effect
             self._wandb_init.pop("anonymous", None)
-            self._last_step, self._logged_before, self._skipped = 0, -1, []
-            if self._wandb_init.get("id"):
-                self._logged_before = RunDir(self.save_dir or ".").wandb_last_step(str(self._wandb_init["id"]))
+            self._last_step, self._logged_before, self._skipped, self._first_row = 0, -1, [], False
+            if self._wandb_init.get("id"):  # maybe an earlier attempt's run: what its segments hold is logged
+                run_id, save_dir = str(self._wandb_init["id"]), Path(self.save_dir or ".")
+                self._logged_before = max(RunDir(save_dir).wandb_last_step(run_id), last_held_step(save_dir, run_id))
+                self._first_row = True
 
         def log_metrics(self, metrics, step=None):
+            if self._first_row and step is not None:  # a row without a step (a table) is no row of training
+                self._first_row = False
+                self._relog_unwritten(int(step))
             step = self._last_step if step is None else int(step)
             if step <= self._logged_before:  # logged by the interrupted attempt already
                 self._skipped.append(step)
@@ -205,6 +212,20 @@ def step_wandb_logger():
             self._last_step = max(self._last_step, step)
             metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
             self.experiment.log(dict(metrics, **{"trainer/global_step": step}), step=step)
+
+        def _relog_unwritten(self, step: int) -> None:
+            """Before this attempt's first row (at `step`): metrics.csv's rows after the last step W&B holds
+            (the earlier segments' files; online, the server's resumed step), which a killed attempt logged
+            but never wrote."""
+            self._logged_before = max(self._logged_before, self.experiment.starting_step - 1)
+            rows = rows_between(Path(self.save_dir or ".") / "csv" / "metrics.csv", self._logged_before, step)
+            for row_step, row in rows.items():
+                row = _add_prefix(row, self._prefix, self.LOGGER_JOIN_CHAR)
+                self.experiment.log(dict(row, **{"trainer/global_step": row_step}), step=row_step)
+            if rows:
+                self._last_step = max(rows)
+                log.info("wandb: re-logged steps %d..%d that the killed run had not written (%d rows from metrics.csv)",
+                         min(rows), max(rows), len(rows))
 
         def log_hyperparams(self, params):
             if isinstance(params, dict) and is_own_resume(params):

@@ -190,6 +190,7 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
 
     class Experiment:
         id = "abc123"
+        starting_step = 0  # offline: W&B knows no earlier step
 
         def log(self, row, step):
             logged.append((step, sorted(row)))
@@ -202,6 +203,101 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
     assert "anonymous" not in logger._wandb_init
     assert is_own_resume({"ckpt_path": str(tmp_path / "checkpoints" / "last.ckpt"), "paths": {"output_dir": str(tmp_path)}})
     assert not is_own_resume({"ckpt_path": "/elsewhere/pretrained.ckpt", "paths": {"output_dir": str(tmp_path)}})
+
+
+def metric_rows(steps: range) -> list[dict]:
+    """Rows as lab logs them: a train row at every step, a val row at every 5th (its own row, same step)."""
+    rows = [{"step": s, "epoch": 0, "train/loss": 3.0 - s / 100, "val/loss": ""} for s in steps]
+    rows += [{"step": s, "epoch": 0, "train/loss": "", "val/loss": 2.5 - s / 100} for s in steps if s % 5 == 4]
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def write_metrics_csv(run: Path, steps: range) -> list[dict]:
+    import csv
+
+    rows = metric_rows(steps)
+    (run / "csv").mkdir(parents=True, exist_ok=True)
+    with open(run / "csv" / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["step", "epoch", "train/loss", "val/loss"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def wandb_rows(run: Path) -> dict[int, dict]:
+    """Every history row of every offline segment of the run, by `_step`; a step held twice fails."""
+    import json
+
+    from lab.runtime.trainer.wandb_resume import read_records
+
+    rows: dict[int, dict] = {}
+    for run_file in sorted(run.glob("wandb/offline-run-*/run-*.wandb")):
+        for record in read_records(run_file):
+            if record.WhichOneof("record_type") == "history":
+                row = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
+                assert row["_step"] not in rows, f"step {row['_step']} is in W&B twice"
+                rows[row["_step"]] = row
+    return rows
+
+
+def test_steps_a_killed_attempt_never_wrote_are_logged_again_on_resume(tmp_path, monkeypatch, caplog):
+    """Real offline W&B segments: the first attempt's file holds steps 0-9 while metrics.csv (and its
+    checkpoint) reached step 14, as when SIGKILL lands before W&B writes its buffered rows; the resumed attempt
+    logs 15-19. After both, W&B holds every metrics.csv value once (issue 47 item 5: steps 10-14 were lost)."""
+    import wandb
+
+    from lab.runtime.trainer.loggers import step_wandb_logger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    expected = write_metrics_csv(tmp_path, range(15))
+    killed = step_wandb_logger()(save_dir=str(tmp_path), id="kill123", mode="offline", project="lab")
+    for row in expected:
+        if row["step"] <= 9:
+            killed.log_metrics({k: v for k, v in row.items() if k != "step" and v != ""}, step=row["step"])
+    killed.experiment.finish()  # what a killed segment holds: the rows W&B wrote before the kill
+    wandb.teardown()  # W&B's service writes the file out when it stops
+    resumed = step_wandb_logger()(save_dir=str(tmp_path), id="kill123", mode="offline", project="lab")
+    later = metric_rows(range(15, 20))
+    with caplog.at_level("INFO", logger="lab"):
+        for row in later:
+            resumed.log_metrics({k: v for k, v in row.items() if k != "step" and v != ""}, step=row["step"])
+        resumed.experiment.finish()
+    wandb.teardown()
+    assert [r.message for r in caplog.records if r.message.startswith("wandb: re-logged")] == [
+        "wandb: re-logged steps 10..14 that the killed run had not written (5 rows from metrics.csv)"]
+    held = wandb_rows(tmp_path)
+    assert sorted(held) == list(range(20)), "a step is missing from W&B"
+    for row in expected + later:
+        for key in ("train/loss", "val/loss"):
+            if row[key] != "":
+                assert held[row["step"]][key] == pytest.approx(row[key]), (row["step"], key)
+
+
+def test_a_wandb_file_cut_by_a_kill_reads_up_to_its_last_whole_record(tmp_path, monkeypatch):
+    """A .wandb file cut anywhere (the kill lands mid-write) gives its whole records and their steps, no error
+    and no partial record taken for whole (its row's values would be missing, its step counted as held)."""
+    import wandb
+
+    from lab.runtime.trainer.loggers import step_wandb_logger
+    from lab.runtime.trainer.wandb_resume import history_steps, last_held_step, read_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = step_wandb_logger()(save_dir=str(tmp_path), id="cut123", mode="offline", project="lab")
+    for step in range(40):
+        logger.log_metrics({"train/loss": float(step)}, step=step)
+    logger.experiment.finish()
+    wandb.teardown()
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-cut123.wandb")
+    assert history_steps(run_file) == list(range(40)) and last_held_step(tmp_path, "cut123") == 39
+    data, whole = run_file.read_bytes(), read_records(run_file)
+    for cut in range(7, len(data), max(1, len(data) // 200)):
+        run_file.write_bytes(data[:cut])
+        records = read_records(run_file)
+        assert records == whole[:len(records)], f"cut at byte {cut}: a partial record read as whole"
+        steps = history_steps(run_file)
+        assert steps == list(range(len(steps)))
 
 
 def test_a_sweep_jobs_tags_are_its_choices_and_its_name_carries_the_variant():
