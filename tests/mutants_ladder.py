@@ -78,4 +78,7 @@ MUTANTS = [
            [LAUNCHER + "::test_basic_launcher_says_rung_settings_are_not_used"]),
     Mutant("ladder: a width that is no whole number of head_dim heads", "lab/runtime/cli/ladder.py",
            "if rung.n_heads is None and rung.d_model % ladder.head_dim:", "if False:", [BAD]),
+    Mutant("scaling view: --baseline naming one rung of a variant is ignored", "lab/report/scaling.py",
+           "(baseline in f.label or f.label in baseline)", "baseline in f.label",
+           [SCALING + "::test_view_fits_each_variant_across_its_rungs_and_compares_with_the_baseline"]),
 ]
