@@ -5,6 +5,7 @@
 # Two lanes in parallel (both cores): lane A the largest rung, lane B the four smaller; in each lane one Hydra
 # multirun per variant, under /usr/bin/time -v (time_A.txt, time_B.txt: the CPU time).
 # Usage: bash experiments/scaling_ladder/run.sh [runs dir] [tokens per parameter]   (default /tmp/ladder_runs 3)
+# Then report.md, scaling.png here and held_out.py's table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-python}
@@ -29,4 +30,10 @@ export PY K RUNS
 /usr/bin/time -v -o "$RUNS/time_A.txt" bash -c "$(declare -p VARIANT); $(declare -f lane); lane A r5" > "$RUNS/lane_A.log" 2>&1 &
 /usr/bin/time -v -o "$RUNS/time_B.txt" bash -c "$(declare -p VARIANT); $(declare -f lane); lane B r1,r2,r3,r4" > "$RUNS/lane_B.log" 2>&1 &
 wait
-$PY -m lab.report "$RUNS" --budget finished --out experiments/scaling_ladder --wandb off
+# the report (report.html with plotly.js inlined stays with the runs; report.md and the chart come here)
+$PY -m lab.report "$RUNS" --budget finished --out "$RUNS/report" --wandb off
+cp "$RUNS/report/report.md" experiments/scaling_ladder/report.md
+$PY experiments/scaling_ladder/figure.py "$RUNS" "$RUNS/report/scaling.html"
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,560 \
+  --screenshot=experiments/scaling_ladder/scaling.png "$RUNS/report/scaling.html"
+$PY experiments/scaling_ladder/held_out.py "$RUNS"
