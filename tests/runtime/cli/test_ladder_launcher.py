@@ -53,6 +53,7 @@ class Done:
 
 def launch(tmp_path, monkeypatch, launcher: str, overrides: list[str], initial_job_idx: int = 0):
     monkeypatch.setattr(submitit, "AutoExecutor", Recorder)
+    monkeypatch.setattr(logging.root, "handlers", [])  # an earlier in-process run's handlers may write to closed streams
     Recorder.made = []
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
     common = [*NANO, f"hydra/launcher={launcher}", f"hydra.sweep.dir={tmp_path}", *overrides]
