@@ -9,6 +9,7 @@ SCALING = "tests/report/test_scaling.py"
 LADDER = "tests/runtime/cli/test_ladder.py"
 BAD = LADDER + "::test_bad_ladder_is_one_error_line_naming_the_fix"
 STEPS = LADDER + "::test_rung_budget_sets_steps_warmup_and_validation_by_hand"
+LAUNCHER = "tests/runtime/cli/test_ladder_launcher.py"
 
 MUTANTS = [
     Mutant("scaling fit: plain least squares, one outlier moves it", "lab/report/scaling.py",
@@ -53,4 +54,31 @@ MUTANTS = [
            "return next((s for s in SCHEMAS.values() if _target_of(s) == target), None)",
            "return next((s for s in SCHEMAS.values() if s._target_ == target), None)",
            ["tests/runtime/cli/test_help.py::test_a_recipe_is_listed_and_its_comments_describe_the_whole_config"]),
+    Mutant("run cost read after the test reloaded the best checkpoint", "lab/runtime/callbacks/throughput.py",
+           "        return self._trained\n",
+           '        return {"cost/tokens": float(self.tokens_seen), "cost/train_flops": self.flops_seen}\n',
+           ["tests/runtime/callbacks/test_costs_after_best_reload.py"]),
+    Mutant("launcher: a rung's settings not applied", "hydra_plugins/lab_launchers/_submitit.py",
+           "params = {**self.params, **own}", "params = dict(self.params)",
+           [LAUNCHER + "::test_each_rung_is_submitted_with_its_own_settings"]),
+    Mutant("launcher: jobs renumbered within their group", "hydra_plugins/lab_launchers/_submitit.py",
+           "idx = initial_job_idx + offset", "idx = offset",
+           [LAUNCHER + "::test_each_rung_is_submitted_with_its_own_settings"]),
+    Mutant("launcher: results in submission order", "hydra_plugins/lab_launchers/_submitit.py",
+           "sorted(submitted, key=lambda pair: pair[0])", "submitted",
+           [LAUNCHER + "::test_each_rung_is_submitted_with_its_own_settings"]),
+    Mutant("launcher: a rung's setting reaches SLURM without its prefix", "hydra_plugins/lab_launchers/_submitit.py",
+           "k if k in queue_keys else f\"{self._EXECUTOR}_{k}\"", "k",
+           [LAUNCHER + "::test_slurm_rung_settings_take_the_executors_prefix"]),
+    Mutant("ladder: a misspelt launcher setting is accepted", "lab/runtime/cli/ladder.py",
+           "unknown = sorted(set(settings) - set(launcher_keys))", "unknown = []",
+           [LAUNCHER + "::test_unknown_rung_setting_is_one_error_line_before_any_job"]),
+    Mutant("ladder: unused launcher settings are silent", "lab/runtime/cli/ladder.py",
+           "if not target.startswith(PER_JOB_LAUNCHERS):", "if False:",
+           [LAUNCHER + "::test_basic_launcher_says_rung_settings_are_not_used"]),
+    Mutant("ladder: a width that is no whole number of head_dim heads", "lab/runtime/cli/ladder.py",
+           "if rung.n_heads is None and rung.d_model % ladder.head_dim:", "if False:", [BAD]),
+    Mutant("scaling view: --baseline naming one rung of a variant is ignored", "lab/report/scaling.py",
+           "(baseline in f.label or f.label in baseline)", "baseline in f.label",
+           [SCALING + "::test_view_fits_each_variant_across_its_rungs_and_compares_with_the_baseline"]),
 ]

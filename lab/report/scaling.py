@@ -292,7 +292,9 @@ def view(runs: list[Run], metric: str, baseline: str | None, mode: str) -> tuple
                            "these are of one size: train a ladder (+ladder=<name>, docs/ladders.md) or leave out --scaling")
         return [], []
     left_out = sum(run_point(r, metric) is None for r in runs)
-    base = next((f for f in fits if f.label == baseline), None) or next((f for f in fits if baseline and baseline in f.label), fits[0])
+    # --baseline names a variant, or one rung of it as the report's per-rung tables label it ("rung=r5 experiment=x")
+    base = next((f for f in fits if f.label == baseline), None) or next(
+        (f for f in fits if baseline and (baseline in f.label or f.label in baseline)), fits[0])
     note = Table("Scaling: how to read it", ["note"], [[Cell(
         f"Each run's final {metric} against its training FLOPs (cost/train_flops: 6 x matmul params + the attention "
         f"term, per token). Law L(C) = E + A·C^-α per variant: Huber least squares on log loss (Hoffmann et al. 2022, "

@@ -132,13 +132,14 @@ def test_view_fits_each_variant_across_its_rungs_and_compares_with_the_baseline(
     base, fast = Law(1.7, math.log(400.0), 0.2), Law(1.7, math.log(400.0 * 3 ** -0.2), 0.2)
     runs = []
     rng = np.random.default_rng(2)
-    for name, law in (("base", base), ("fast", fast)):
+    for name, law in (("fast", fast), ("base", base)):  # the baseline not first: --baseline must pick it
         for i, c in enumerate(np.geomspace(1e12, 1e14, 4)):
             for s in (1, 2):
                 loss = float(law.loss(c)) * (1 + 1e-4 * rng.standard_normal())
                 runs.append(write_point(tmp_path / f"{name}{i}{s}", f"r{i}", s, c, loss, params=1000 * (i + 1), variant=name))
-    tables, _ = view(runs, "val/loss", "base", "auto")
-    mult = next(t for t in tables if t.name.startswith("Compute multiplier"))
-    (row,) = mult.rows
-    assert row[0].text == "fast" and row[-1].text == "gain persists"
-    assert all(c.value == pytest.approx(3.0, rel=0.05) for c in row[1:-1])
+    for baseline in ("base", "rung=r3 experiment=base"):  # the variant, or one rung of it as lab.report --baseline
+        tables, _ = view(runs, "val/loss", baseline, "auto")
+        mult = next(t for t in tables if t.name.startswith("Compute multiplier"))
+        (row,) = mult.rows
+        assert row[0].text == "fast" and row[-1].text == "gain persists"
+        assert all(c.value == pytest.approx(3.0, rel=0.05) for c in row[1:-1])

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
@@ -27,6 +29,8 @@ RUNG_KEYS = ("model.d_model", "model.n_layers", "model.n_heads", "trainer.max_st
              "task.scheduler.warmup_steps", "task.scheduler.total_steps")
 # Parameters that are not counted in N (Kaplan et al. 2020): the vocabulary-sized lookup and output matrices.
 VOCABULARY_ROLES = frozenset({Role.EMBEDDING, Role.READOUT})
+# The launchers that give each job its rung's launcher settings (hydra_plugins/lab_launchers).
+PER_JOB_LAUNCHERS = "hydra_plugins.lab_launchers."
 
 
 @dataclass
@@ -39,6 +43,10 @@ class RungConfig:
     """Number of blocks."""
     n_heads: int | None = None
     """Attention heads; None: d_model // ladder.head_dim."""
+    launcher: dict[str, Any] = field(default_factory=dict)
+    """This rung's job's launcher settings over the launcher's own (hydra.launcher.* of hydra/launcher=submitit_local
+    or slurm, e.g. {timeout_min: 120, mem_gb: 64}): each rung asks for what its size needs. Other launchers run
+    every job alike and the rung's log line says these are not used."""
 
 
 @dataclass
@@ -89,6 +97,10 @@ def _shape(ladder: LadderConfig) -> tuple[str, int, int, int]:
         raise ConfigError(f"ladder.rung={ladder.rung} is not a rung of this ladder; choose one of "
                           f"{', '.join(ladder.rungs)} (a multirun, -m, trains them all)")
     rung = ladder.rungs[ladder.rung]
+    if rung.n_heads is None and rung.d_model % ladder.head_dim:
+        raise ConfigError(f"ladder rung {ladder.rung}: d_model={rung.d_model} is not a whole number of heads of "
+                          f"ladder.head_dim={ladder.head_dim}; set ladder.rungs.{ladder.rung}.n_heads, or a d_model "
+                          f"that is a multiple of {ladder.head_dim}")
     heads = rung.n_heads if rung.n_heads is not None else rung.d_model // ladder.head_dim
     if heads < 1 or rung.d_model % heads:
         raise ConfigError(f"ladder rung {ladder.rung}: d_model={rung.d_model} does not divide into {heads} heads "
@@ -140,10 +152,37 @@ def apply_ladder(cfg: DictConfig) -> None:
         cfg.trainer.val_check_interval = steps // ladder.val_checks
         if warmup is not None:
             cfg.task.scheduler.warmup_steps = warmup
+    if rung_settings := dict(ladder.rungs[name].launcher):
+        target = str(_launcher_target())
+        if not target.startswith(PER_JOB_LAUNCHERS):
+            log.warning("ladder rung %s: its launcher settings %s are not used: the launcher (%s) runs every job "
+                        "alike; hydra/launcher=submitit_local or slurm applies them", name, rung_settings, target)
     log.info("ladder rung %s: d_model=%d n_layers=%d n_heads=%d; tokens = %s = %s = %d steps of %s tokens "
              "(batch x context x devices); warmup %s, validation every %d steps; %s",
              name, d_model, n_layers, heads, rule, f"{tokens:,.0f}", steps, f"{per_step:,}", warmup,
              cfg.trainer.val_check_interval, lr_rule(cfg))
+
+
+def _launcher_target() -> str | None:
+    from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415 - only for a rung with launcher settings
+
+    return HydraConfig.get().launcher.get("_target_") if HydraConfig.initialized() else None
+
+
+def rung_launcher(cfg: DictConfig, launcher_keys: Iterable[str]) -> dict[str, Any]:
+    """The launcher settings of the job's rung (`ladder.rungs.<rung>.launcher`), for lab's submitit launchers
+    (hydra_plugins.lab_launchers) to submit this job with over their own; {} without a ladder. Raises ConfigError,
+    before any job starts, for a rung the ladder lacks or a setting that is not among launcher_keys."""
+    if cfg.get("ladder") is None:
+        return {}
+    ladder = OmegaConf.to_object(cfg.ladder)
+    name = _shape(ladder)[0]
+    settings = dict(ladder.rungs[name].launcher)
+    unknown = sorted(set(settings) - set(launcher_keys))
+    if unknown:
+        raise ConfigError(f"ladder.rungs.{name}.launcher.{unknown[0]} is not a setting of this launcher; "
+                          f"use one of {', '.join(sorted(launcher_keys))}")
+    return settings
 
 
 def lr_rule(cfg: DictConfig) -> str:

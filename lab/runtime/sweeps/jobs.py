@@ -239,12 +239,16 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
 
 # ---- the whole sweep: launcher check before, summary after ------------------------------------------
 
+# hydra-submitit-launcher's own and lab's on top of it (hydra_plugins/lab_launchers).
+SUBMITIT_LAUNCHERS = ("hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.lab_launchers.")
+
+
 def check_launcher(launcher: DictConfig) -> None:
     """Refuse a launcher that cannot work on this machine, before any job starts."""
     import importlib.util  # noqa: PLC0415
 
     target = str(launcher.get("_target_", ""))
-    if "hydra_submitit_launcher" in target and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+    if target.startswith(SUBMITIT_LAUNCHERS) and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         raise LabError("hydra/launcher=slurm and submitit_local need the submitit launcher: "
                        "pip install 'lab[slurm]' (or run without hydra/launcher=...: jobs one after another)")
     if target.endswith("SlurmLauncher"):

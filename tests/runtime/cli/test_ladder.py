@@ -65,10 +65,12 @@ BAD = [
      r"^\+ladder fits a law to the language-model loss, but task is lab.tasks.classification.ClassificationTask; use an LM preset"),
     ([*NANO, "ladder.rung=xxl"], r"^ladder.rung=xxl is not a rung of this ladder; choose one of xs, s, m, l"),
     ([*NANO, "ladder.rung=s", "ladder.tokens_per_param=0"], r"^ladder.tokens_per_param=0.0 must be > 0$"),
+    ([*NANO, "ladder.rung=l", "ladder.head_dim=20"],  # 48 = 2 heads of 24, not of 20
+     r"^ladder rung l: d_model=48 is not a whole number of heads of ladder.head_dim=20; set ladder.rungs.l.n_heads"),
 ]
 
 
-@pytest.mark.parametrize("args,expected", BAD, ids=["heads", "warmup", "task", "rung", "budget"])
+@pytest.mark.parametrize("args,expected", BAD, ids=["heads", "warmup", "task", "rung", "budget", "head_dim"])
 def test_bad_ladder_is_one_error_line_naming_the_fix(tmp_path, monkeypatch, capsys, args, expected):
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
     code, err = run_entry("train", args, monkeypatch, capsys)
