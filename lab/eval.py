@@ -37,14 +37,18 @@ def main(cfg: DictConfig) -> None:
 
 def check_settings(cfg: DictConfig) -> None:
     """The settings, before the checkpoint is read or the data prepared (which writes the cache)."""
+    from lab.checkpoints.export_dir import check_out_dir  # noqa: PLC0415
+    from lab.runtime.inference.evaluation import OUTPUTS  # noqa: PLC0415
+
     if cfg.split not in ("test", "valid"):
         raise LabError(f"split={cfg.split!r}: evaluate the test or the valid split; write split=test or split=valid")
     samples = cfg.bootstrap_samples
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise LabError(f"bootstrap_samples={samples!r} must be an integer >= 1 (sacreBLEU's default: 1000)")
-    outputs = cfg.get("outputs_dir")
-    if outputs and Path(str(outputs)).expanduser().exists() and not Path(str(outputs)).expanduser().is_dir():
-        raise LabError(f"outputs_dir={outputs} is a file; give a directory to write test.source / reference / hypothesis into")
+    if not isinstance(cfg.get("overwrite"), bool):
+        raise LabError(f"overwrite={cfg.get('overwrite')!r} must be true or false")
+    if cfg.get("outputs_dir"):  # export's rule: a new or empty folder, or lab.eval's earlier outputs (replaced whole)
+        check_out_dir(Path(str(cfg.outputs_dir)).expanduser(), overwrite=cfg.overwrite, **OUTPUTS)
 
 
 def compared_to(value: str) -> str:

@@ -19,10 +19,13 @@ def main(cfg: DictConfig) -> None:
 
     from lab.runtime.cli.config_checks import check_config  # noqa: PLC0415
     from lab.runtime.cli.console import single_console  # noqa: PLC0415
+    from lab.runtime.rundir import journal  # noqa: PLC0415
 
     quiet_warnings()
     single_console()
     check_config(cfg)  # lab.train's checks: a setting lab.train would refuse prepares nothing
+    # refused by the data itself (too few tokens for a window, ...): the corpus prepared for it is taken back
+    journal.take_back_cache_entries(cfg.data.get("cache_dir") or cfg.paths.cache_dir)
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")  # the checks a run makes (too few tokens for a window, ...) and the data report

@@ -10,6 +10,10 @@ JOURNAL = "tests/runtime/rundir/test_journal.py"
 JOURNAL_UNIT = (f"{JOURNAL}::test_a_refused_launch_leaves_another_runs_directory_byte_for_byte",
                 f"{JOURNAL}::test_a_directory_this_launch_made_is_removed_and_one_it_found_empty_is_kept")
 EXPORT = ("tests/checkpoints/test_export_dir.py",)
+EVAL_OUTPUTS = "tests/runtime/inference/test_eval_outputs.py"
+WANDB = f"{JOURNAL}::test_a_refused_launch_takes_back_what_wandb_wrote_in_another_runs_directory"
+CACHE = f"{JOURNAL}::test_take_back_cache_entries_removes_what_this_launch_published_and_nothing_else"
+DING = "tests/tasks/test_translation.py::test_ding_pairs_count_what_they_leave_out"
 SPACE = ("tests/runtime/sweeps/test_sweeps_optuna.py::test_a_search_space_optuna_cannot_sample_is_one_line",
          "tests/runtime/sweeps/test_sweeps_optuna.py::test_int_interval_draws_integers_and_a_command_line_sweep_replaces_the_params_one")
 
@@ -74,4 +78,28 @@ MUTANTS = [
            "            if not isinstance(r[self.text_field], str):", "            if False:", ("tests/data/test_data_files.py::test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted",)),
     Mutant("data: a pair side given as a number is replaced silently", "lab/data/parallel.py",
            "            if not (isinstance(source, str) and isinstance(target, str)):", "            if False:", ("tests/data/test_data_files.py::test_a_text_given_as_a_number_is_read_as_json_writes_it_and_counted",)),
+    Mutant("eval: outputs_dir of the user's files is written into", "lab/eval.py",
+           "    if cfg.get(\"outputs_dir\"):  # export's rule", "    if False:  # export's rule", (EVAL_OUTPUTS,)),
+    Mutant("eval: outputs written straight into outputs_dir", "lab/runtime/inference/evaluation.py",
+           '(tmp / f"test.{name}").write_text', '(directory / f"test.{name}").write_text', (EVAL_OUTPUTS,)),
+    Mutant("journal: W&B's new run folder stays in another run's directory", "lab/runtime/rundir/journal.py",
+           "    tool_dir = _restore_tool_dir(journal)\n", "    tool_dir = False\n", (WANDB,)),
+    Mutant("journal: W&B's links stay pointed at the removed run", "lab/runtime/rundir/journal.py",
+           "        elif target != before[name] and before[name] is not None:", "        elif False:", (WANDB,)),
+    Mutant("journal: another run's directory keeps the lock file's modification time", "lab/runtime/rundir/journal.py",
+           "        _restore_times_and_mode(journal.run_dir, journal.run_dir_stat)\n", "        pass\n",
+           (f"{JOURNAL}::test_train_refused_in_another_tasks_finished_run_rewrites_nothing",)),
+    Mutant("prepare: a corpus refused by its data stays in the cache", "lab/data/cache.py",
+           "            tmp.rename(target)\n            published.append(target)\n", "            tmp.rename(target)\n",
+           ("tests/entry/test_prepare_checks.py::test_a_refused_prepare_leaves_no_log_folder", CACHE)),
+    Mutant("prepare: a cache entry another process published is taken back", "lab/data/cache.py",
+           "    except FileExistsError:\n", "    except FileExistsError:\n        published.append(path)\n", (CACHE,)),
+    Mutant("data: Ding's repeated German sentences dropped uncounted", "lab/data/parallel.py",
+           '                note("dropped", "repeated German sentences', '                0 and note("dropped", "repeated German sentences',
+           (DING,)),
+    Mutant("data: Ding's misaligned entries dropped uncounted", "lab/data/parallel.py",
+           '            note("dropped", "entries whose', '            0 and note("dropped", "entries whose', (DING,)),
+    Mutant("data: VADER's blank lines skipped uncounted", "lab/data/classification.py",
+           '                report.note("skipped", "all", "blank lines"', '                0 and report.note("skipped", "all", "blank lines"',
+           ("tests/data/test_encoder_data.py::test_movie_reviews_count_blank_lines_and_unrated_sentences",)),
 ]

@@ -1,4 +1,4 @@
-"""The folder an export writes (`lab.export out_dir=...`): never anybody else's files.
+"""The folder an export writes (`lab.export out_dir=...`, `lab.eval outputs_dir=...`): never anybody else's files.
 
 An export goes into a new or empty folder, or into one that holds only an earlier lab export of the same kind
 (named by the marker file lab writes last, MARKER), which it replaces whole: the new files are written into a
@@ -53,25 +53,26 @@ def earlier_export(out: Path, kind: str) -> bool:
     return marker.get("kind") == kind and {p.name for p in out.iterdir()} <= {*marker.get("files", []), MARKER}
 
 
-def check_out_dir(out: Path, kind: str, overwrite: bool) -> None:
-    """Refuse out_dir, before anything is loaded or written, unless the export may write there."""
+def check_out_dir(out: Path, kind: str, overwrite: bool, key: str = "out_dir", what: str = "a lab export") -> None:
+    """Refuse out_dir, before anything is loaded or written, unless the export may write there. key: the setting
+    that named the folder; what: the files lab writes there (both for the error lines)."""
     if out.is_symlink() and not out.exists():
-        raise LabError(f"out_dir={out} is a broken symbolic link (or a loop); give a folder")
+        raise LabError(f"{key}={out} is a broken symbolic link (or a loop); give a folder")
     if out.exists() and not out.is_dir():
-        raise LabError(f"out_dir={out} is a file, not a folder; give a new or empty folder for the exported model")
+        raise LabError(f"{key}={out} is a file, not a folder; give a new or empty folder for {what}")
     if not out.is_dir() or overwrite or earlier_export(out, kind):
         return
     theirs = sorted(p.name for p in out.iterdir())
     if theirs:
         shown = ", ".join(theirs[:4]) + (f" and {len(theirs) - 4} more" if len(theirs) > 4 else "")
-        raise LabError(f"out_dir={out} holds files that are not a lab export ({shown}); give a new or empty folder, "
+        raise LabError(f"{key}={out} holds files that are not {what} ({shown}); give a new or empty folder, "
                        "or add overwrite=true to write lab's files over those of the same name")
 
 
 @contextlib.contextmanager
-def writing(out: Path, kind: str, overwrite: bool) -> Iterator[Path]:
+def writing(out: Path, kind: str, overwrite: bool, key: str = "out_dir", what: str = "a lab export") -> Iterator[Path]:
     """-> a fresh folder to write the export into; on success it becomes `out` (see the module docstring)."""
-    check_out_dir(out, kind, overwrite)
+    check_out_dir(out, kind, overwrite, key, what)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

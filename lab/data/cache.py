@@ -9,6 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+# Every entry this process published (it won the race), in order: what a refused `lab.prepare` takes back
+# (lab.runtime.rundir.journal.take_back_cache_entries), so that a refused command leaves nothing behind.
+published: list[Path] = []
+
 
 def write_once(path: Path, text: str) -> str:
     """Publish text at path unless another process already did; -> the text now at path (the winner's)."""
@@ -18,10 +22,12 @@ def write_once(path: Path, text: str) -> str:
         f.write(text)
     try:
         os.link(tmp, path)  # fails if path exists: never replaces a file another process may be reading
+        published.append(path)
     except FileExistsError:
         text = path.read_text(encoding="utf-8")
     except OSError:  # a filesystem without hard links: an atomic replace (the content is the same by construction)
         os.replace(tmp, path)
+        published.append(path)
         return text
     os.unlink(tmp)
     return text
@@ -34,6 +40,7 @@ def publish_dir(tmp: Path, target: Path, complete: str) -> bool:
     for _ in range(2):
         try:
             tmp.rename(target)
+            published.append(target)
             return True
         except OSError:  # EEXIST / ENOTEMPTY: target exists
             if (target / complete).exists():
@@ -47,4 +54,5 @@ def publish_dir(tmp: Path, target: Path, complete: str) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         return False
     tmp.rename(target)  # still refused: let the OSError speak
+    published.append(target)
     return True

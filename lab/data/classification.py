@@ -50,9 +50,9 @@ def encode_sentence(tokenizer, text: str, max_length: int) -> list[int]:
 class MovieReviews:
     """MR sentences (Pang & Lee 2005) as rated by Hutto & Gilbert (ICWSM 2014), shipped in the PyPI sdist
     vaderSentiment==3.3.2: tab-separated id, mean rating in [-4, 4], sentence. Label = sign of the rating;
-    the 37 sentences rated exactly 0 are dropped (10,568 remain)."""
+    the 37 sentences rated exactly 0 are dropped (10,568 remain); they and the blank lines are counted in the data report."""
 
-    fingerprint = f"{VADER.name}|movieReviewSnippets"
+    fingerprint = f"{VADER.name}|movieReviewSnippets|report-2"  # report-2: blank lines counted (cached splits carry the report)
     prefix = "data."  # where the settings that messages about a source name live in the config
     eval_overlap = "drop"
 
@@ -65,6 +65,7 @@ class MovieReviews:
         lines = path.read_text(encoding="utf-8").splitlines()
         for n, line in enumerate(lines, 1):
             if not line.strip():
+                report.note("skipped", "all", "blank lines", f"{path.name}:{n}")
                 continue
             parts = line.split("\t")
             if len(parts) != 3:

@@ -68,26 +68,43 @@ def strip_annotations(text: str) -> str:
     return " ".join(text.split())
 
 
-def ding_pairs(lines) -> list[Pair]:
+def ding_pairs(lines, report: DataReport | None = None, name: str = "ding") -> list[Pair]:
     """Sentence pairs from Ding lines `de alt | de alt :: en alt | en alt`.
 
     The ` | ` alternatives are aligned (a headword, then its example phrases and sentences); each alternative
     lists synonyms separated by `; `, of which the first is kept. Annotations are removed; a pair is kept when
     both sides have >= 4 words and end in sentence punctuation; a German sentence is kept once (its first
-    translation), so the held-out splits never share a source with training.
+    translation), so the held-out splits never share a source with training. What is left out is counted in
+    `report` (as train's, at `name:line`): entries whose alternatives do not line up and repeated German
+    sentences as dropped, alternatives that are not sentences (headwords, phrases) as skipped.
     """
+    def note(action: str, reason: str, n: int) -> None:
+        if report is not None:
+            report.note(action, "train", reason, f"{name}:{n}")
+
     pairs, seen = [], set()
-    for line in lines:
-        if line.startswith("#") or " :: " not in line:
+    for n, line in enumerate(lines, 1):
+        if line.startswith("#"):  # the file's header comments: not entries
+            continue
+        if not line.strip():
+            note("skipped", "blank lines", n)
+            continue
+        if " :: " not in line:
+            note("dropped", "lines without ' :: ' between German and English", n)
             continue
         de_side, en_side = line.rstrip("\n").split(" :: ", 1)
         de_alts, en_alts = de_side.split(" | "), en_side.split(" | ")
         if len(de_alts) != len(en_alts):  # misaligned entry: no way to know which goes with which
+            note("dropped", "entries whose ' | ' alternatives do not line up (German and English count differ)", n)
             continue
         for de, en in zip(de_alts, en_alts):
             de, en = strip_annotations(de.split("; ")[0]), strip_annotations(en.split("; ")[0])
             sentences = len(de.split()) >= 4 and len(en.split()) >= 4 and de.endswith(SENTENCE_END) and en.endswith(SENTENCE_END)
-            if sentences and de not in seen:
+            if not sentences:
+                note("skipped", "alternatives that are not sentences (under 4 words a side or no . ! ? at the end)", n)
+            elif de in seen:
+                note("dropped", "repeated German sentences (the first translation kept)", n)
+            else:
                 seen.add(de)
                 pairs.append((de, en))
     return pairs
@@ -98,7 +115,7 @@ class Ding:
 
     name = "ding-de-en"
     prefix = "data.corpus."  # where its settings live in the config (messages name them)
-    rules = "ding_pairs-1"  # change when ding_pairs changes what it keeps: prepared caches are keyed by it
+    rules = "ding_pairs-2"  # change when ding_pairs changes what it keeps or reports: prepared caches are keyed by it
 
     def fingerprint(self) -> str:
         """What the pairs depend on, known without reading them: the pinned file and the extraction rules."""
@@ -107,7 +124,7 @@ class Ding:
     def load(self, cache_dir: str | Path, report: DataReport) -> dict[str, list[Pair]]:
         path = TRANS_DE_EN.fetch(cache_dir) / TRANS_DE_EN.member
         with open(path, encoding="utf-8") as f:
-            pairs = ding_pairs(f)
+            pairs = ding_pairs(f, report, path.name)
         report.file("train", path, pairs=len(pairs))
         return {"train": [(s, t, f"{self.name}#{i}") for i, (s, t) in enumerate(pairs)]}
 

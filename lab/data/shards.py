@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lab.data.cache import publish_dir
+from lab.data.cache import publish_dir, published
 from lab.data.corpora import FilePlan, held_out_lines
 from lab.data.sources.reading import DataReport, drop_overlap
 from lab.data.sources.stream import Stat, documents_of, safe_cuts
@@ -374,6 +374,8 @@ def say_held_out(held_out: dict, splits: dict | None, where: str = "data.corpus"
 def locked(path: Path) -> Iterator[None]:
     """One preparer per corpus at a time (DDP ranks, sweep jobs, a second lab.prepare): the others wait here."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        published.append(path)  # this process made it: a refused lab.prepare takes it back with the entry
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -393,6 +395,8 @@ def prepare(out: Path, files: list[FilePlan], make_tokenizer: Callable[[Path], o
         if (out / MANIFEST).exists():  # another process finished it while this one waited
             return
         build = out.parent / f".build-{out.name}"
+        if not build.exists():  # new (not an interrupted build resumed): a refused lab.prepare takes it back
+            published.append(build)
         (build / "done").mkdir(parents=True, exist_ok=True)
         tok = make_tokenizer(build / "tokenizer.json")
         dtype = dtype_for(tok.vocab_size)

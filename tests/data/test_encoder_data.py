@@ -71,6 +71,30 @@ def test_bucketing_covers_every_sentence_once_with_less_padding():
     assert first != list(bucketed), "every epoch must draw new batches"
 
 
+def test_movie_reviews_count_blank_lines_and_unrated_sentences(tmp_path, monkeypatch):
+    """VADER's file read from a constructed copy (5 lines: 2 rated, 2 blank, 1 rated 0), counted by hand.
+    Catches: blank lines skipped without a count."""
+    from types import SimpleNamespace
+
+    import lab.data.classification as classification
+    from lab.data.sources.packages import COMPLETE
+    from lab.data.sources.reading import DataReport
+
+    inner = tmp_path / "vader" / "additional_resources" / "hutto_ICWSM_2014.tar.gz"
+    text = inner.parent / "hutto_ICWSM_2014" / "hutto_ICWSM_2014" / "movieReviewSnippets_GroundTruth.txt"
+    text.parent.mkdir(parents=True)
+    inner.write_bytes(b"the archive, already extracted")
+    (inner.parent / "hutto_ICWSM_2014" / COMPLETE).write_text(inner.name)
+    text.write_text("1\t2.5\tA fine film.\n\n2\t-1.0\tA dull film.\n   \n3\t0\tA film.\n")
+    monkeypatch.setattr(classification, "VADER", SimpleNamespace(name="vader", fetch=lambda cache_dir: tmp_path))
+    report = DataReport("classification")
+    rows = MovieReviews().load(tmp_path, report)["all"]
+    assert [r[:2] for r in rows] == [("A fine film.", "positive"), ("A dull film.", "negative")]
+    events = {(e["action"], e["reason"]): (e["count"], e["first"]) for e in report.to_dict()["events"]}
+    assert events == {("skipped", "blank lines"): (2, [f"{text.name}:2", f"{text.name}:4"]),
+                      ("dropped", "sentences rated exactly 0 (no sentiment sign)"): (1, [f"{text.name}:5"])}
+
+
 def test_movie_review_split_is_stratified_disjoint_and_cached():
     cache = Path(os.environ.get("LAB_CACHE_DIR", "~/.cache/lab")).expanduser()  # the real corpus, fetched once
     splits, report = load_split(MovieReviews(), cache, split_seed=0)

@@ -51,7 +51,9 @@ ENTRY = [
     ("translate", ["ckpt_path=PLAIN", "text=hi"], r"PLAIN cannot be read \(UnpicklingError.*\); it is damaged or not a checkpoint"),
     ("eval", ["ckpt_path=EVIL", "compare_to=TMP/nope"], r"^compare_to=\S*nope does not exist; give a run directory"),
     ("eval", ["ckpt_path=EVIL", "compare_to=TMP"], r"^compare_to=\S* is a directory without checkpoints"),
-    ("eval", ["ckpt_path=EVIL", "outputs_dir=TMP/afile"], r"^outputs_dir=\S*afile is a file; give a directory"),
+    ("eval", ["ckpt_path=EVIL", "outputs_dir=TMP/afile"], r"^outputs_dir=\S*afile is a file, not a folder; give a new or empty"),
+    ("eval", ["ckpt_path=EVIL", "outputs_dir=TMP"], r"^outputs_dir=\S* holds files that are not lab.eval's test sentences "
+     r"\(afile, evil.ckpt, plain.ckpt, train.tsv\); give a new or empty folder, or add overwrite=true"),
     ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP"], r"^output_file=\S* is a directory; give a file name"),
     ("translate", ["ckpt_path=EVIL", "text=hallo", "output_file=TMP/no/such/out.en"],
      r"^output_file=\S*out.en: its directory does not exist; create it \(mkdir -p \S+no/such\) or give another path$"),

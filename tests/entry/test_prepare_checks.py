@@ -1,5 +1,6 @@
 """lab.prepare's argument checks run before anything is written: a setting lab.train refuses is refused here too
-(it prepared data for it), and a refusal leaves no log folder behind in the cache (Hydra made one first)."""
+(it prepared data for it), and a refusal leaves no log folder behind in the cache (Hydra made one first), nor the
+corpus it prepared when the data itself is refused."""
 from __future__ import annotations
 
 from conftest import run_module
@@ -30,3 +31,5 @@ def test_a_refused_prepare_leaves_no_log_folder(tmp_path):
                                      f"data.corpus.train_files=[{tmp_path}/tiny.txt]"], tmp_path)
     assert bad.returncode == 2 and "too few" in bad.stderr, bad.stderr[-2000:]
     assert [p.name for p in (cache / "prepare-logs").iterdir()] == ["earlier"]
+    # refused by the data itself: the corpus it prepared for the refusal is taken back (it stayed in lm/<key>/)
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == ["prepare-logs", "prepare-logs/earlier"]

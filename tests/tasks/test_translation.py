@@ -13,6 +13,7 @@ import torch
 
 from lab.data.parallel import ParallelTextDataModule, ding_pairs, strip_annotations
 from lab.data.sources.packages import DebianPackage, sha256_of
+from lab.data.sources.reading import DataReport
 from lab.errors import DataError
 from lab.models.decoding import beam_search, greedy_translate
 from lab.models.seq2seq import EncoderDecoder
@@ -182,6 +183,23 @@ def test_ding_pairs_keep_first_alternative_strip_annotations_and_dedupe():
         ("Er hat einen Hund.", "He has a dog."),
         ("Es regnet in Strömen.", "It's raining cats and dogs."),
     ]
+
+
+def test_ding_pairs_count_what_they_leave_out():
+    """Ding's fixed selection, counted in the data report as the other drops are (checked against a hand count of
+    DING_LINES plus a blank line and a line without ' :: '). Catches: an entry or alternative left out uncounted."""
+    report = DataReport("translation")
+    assert ding_pairs([*DING_LINES, "\n", "nur Deutsch.\n"], report, "de-en") == ding_pairs(DING_LINES)
+    found = {(e["action"], e["reason"].split(" (")[0]): (e["count"], e["first"]) for e in report.to_dict()["events"]
+             if e["split"] == "train"}
+    assert found == {
+        ("skipped", "alternatives that are not sentences"): (4, ["de-en:2", "de-en:5", "de-en:6", "de-en:6"]),
+        ("dropped", "repeated German sentences"): (1, ["de-en:4"]),
+        ("dropped", "entries whose ' | ' alternatives do not line up"): (1, ["de-en:7"]),
+        ("skipped", "blank lines"): (1, ["de-en:8"]),
+        ("dropped", "lines without ' :: ' between German and English"): (1, ["de-en:9"]),
+    }
+    assert "data: dropped in train: 1 repeated German sentences (the first translation kept) (first: de-en:4)" in report.lines()
 
 
 def write_pairs(path, n: int, fmt: str, start: int = 0) -> list[tuple[str, str]]:

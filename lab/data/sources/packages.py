@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.data.cache import publish_dir
+from lab.data.cache import publish_dir, published
 from lab.errors import DataError
 
 COMPLETE = ".complete"  # written last, so a half-extracted directory is never mistaken for a good one
@@ -90,6 +90,7 @@ class PyPISdist:
                     f"the sdist in {root} yourself."
                 )
             files[0].rename(root / files[0].name)
+            published.append(root / files[0].name)  # a refused lab.prepare takes it back
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class DebianPackage:
                     why = f"check the network and `apt-get download {spec}` by hand."
                 raise DataError(f"could not download {spec} with apt-get ({tail}): {why} {self._manual(root)}")
             files[0].rename(root / files[0].name)
+            published.append(root / files[0].name)  # a refused lab.prepare takes it back
 
     def _unpack(self, deb: Path, target: Path) -> None:
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".extract-"))

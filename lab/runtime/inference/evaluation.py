@@ -10,6 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 from lab.errors import LabError
 
 log = logging.getLogger("lab")
+# outputs_dir's files, kept as lab.export keeps its folder (lab.checkpoints.export_dir): the kind its marker
+# names, the setting and what the error lines call them
+OUTPUTS = {"kind": "lab.eval outputs", "key": "outputs_dir", "what": "lab.eval's test sentences"}
 
 
 def _test(ckpt_path: str, cfg: DictConfig):
@@ -53,21 +56,24 @@ def _test(ckpt_path: str, cfg: DictConfig):
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     metrics, task = _test(cfg.ckpt_path, cfg)
     if cfg.get("outputs_dir"):
-        write_outputs(task, Path(str(cfg.outputs_dir)).expanduser())
+        write_outputs(task, Path(str(cfg.outputs_dir)).expanduser(), bool(cfg.get("overwrite", False)))
     if cfg.get("compare_to"):
         print(compare(task, str(cfg.ckpt_path), str(cfg.compare_to), cfg, int(cfg.get("bootstrap_samples", 1000))))
     return metrics
 
 
-def write_outputs(task, directory: Path) -> None:
+def write_outputs(task, directory: Path, overwrite: bool = False) -> None:
     """test.source / test.reference / test.hypothesis: one sentence a line, in the test split's order (what
-    another system translates to be compared with compare_to=)."""
+    another system translates to be compared with compare_to=). Into a new or empty folder or over lab.eval's
+    earlier outputs, replaced whole; a folder of other files only with overwrite=true (export_dir.writing)."""
+    from lab.checkpoints.export_dir import writing  # noqa: PLC0415
+
     outputs = task.test_outputs
     if not outputs:
         raise LabError("outputs_dir writes a translator's test sentences; this checkpoint has none")
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, column in zip(("source", "reference", "hypothesis"), zip(*outputs)):
-        (directory / f"test.{name}").write_text("".join(line + "\n" for line in column), encoding="utf-8")
+    with writing(directory, overwrite=overwrite, **OUTPUTS) as tmp:
+        for name, column in zip(("source", "reference", "hypothesis"), zip(*outputs)):
+            (tmp / f"test.{name}").write_text("".join(line + "\n" for line in column), encoding="utf-8")
     print(f"wrote {len(outputs)} test sentences to {directory}/test.source, test.reference, test.hypothesis")
 
 

@@ -11,8 +11,14 @@ is recorded in its own status.json. A sweep job keeps its record always (the swe
     begin(dir)            Hydra entered dir (lab.runtime.cli.errors hooks Hydra's job start)
     before_write(path)    lab or Hydra is about to replace path
     before_append(path)   ... or to append to it
+    take_back_cache_entries(root)   lab.prepare: the cache entries this launch publishes are its output
     keep()                training starts (keep_from_first_step): what is written from here on stays
     undo() -> bool        refused: restore; True when something was restored
+
+W&B writes its own folder, <run dir>/wandb/, as soon as Lightning sets the loggers up (before any refusal in
+fit's setup can come): what appeared there since begin is removed and its links (latest-run, debug*.log) point
+back where they did. lab.train keeps its prepared data when refused (it is content-addressed in lab's cache and
+reused by the next run, which may have taken long to prepare); lab.prepare, whose whole output it is, does not.
 """
 from __future__ import annotations
 
@@ -33,13 +39,23 @@ STARTED_NS = time.time_ns()  # a directory modified after this (and empty when e
 class _Journal:
     run_dir: Path | None = None
     made_here: bool = False  # run_dir was created by this process: undo removes it whole
+    run_dir_stat: os.stat_result | None = None  # another run's directory: its times, put back after the lock file went
     made_parent: Path | None = None  # its parent when it holds nothing else: <runs_dir>/<name>/ (never runs_dir)
     files: dict[Path, tuple[bytes, os.stat_result] | None] = field(default_factory=dict)  # None: did not exist
     lengths: dict[Path, tuple[int, os.stat_result]] = field(default_factory=dict)
     new_dirs: list[Path] = field(default_factory=list)
+    # <run dir>/wandb/ at begin: ({name: link target, None if not a link}, its stat), None if there was none
+    tool_dir: tuple[dict[str, str | None], os.stat_result] | None = None
+    cache: tuple[Path, int] | None = None  # (cache root, len(lab.data.cache.published) when it was asked)
 
 
 _journal: _Journal | None = None
+TOOL_DIR = "wandb"  # W&B's folder in the run directory (conf/logger/default.yaml: its save_dir is the run directory)
+
+
+def _listing(folder: Path) -> dict[str, str | None]:
+    """{name: link target or None} of what is in folder."""
+    return {p.name: os.readlink(p) if p.is_symlink() else None for p in folder.iterdir()} if folder.is_dir() else {}
 
 
 def begin(run_dir: str | Path) -> None:
@@ -48,6 +64,10 @@ def begin(run_dir: str | Path) -> None:
     path = Path(run_dir)
     made_here = path.is_dir() and not any(path.iterdir()) and path.stat().st_mtime_ns >= STARTED_NS
     _journal = _Journal(path, made_here)
+    if not made_here and path.is_dir():
+        _journal.run_dir_stat = path.stat()
+    if not made_here and (path / TOOL_DIR).is_dir():
+        _journal.tool_dir = (_listing(path / TOOL_DIR), (path / TOOL_DIR).stat())
     if made_here and [p.name for p in path.parent.iterdir()] == [path.name]:  # <runs_dir>/<name>/ made for it too
         _journal.made_parent = path.parent
     before_append(path / "train.log")  # Hydra's log file handler appends to an earlier run's log
@@ -76,6 +96,15 @@ def before_append(path: str | Path) -> None:
         _journal.lengths[path] = (path.stat().st_size, path.stat())
     else:
         before_write(path)
+
+
+def take_back_cache_entries(root: str | Path) -> None:
+    """The cache entries this launch publishes from now on (lab.data.cache.published) are removed by undo,
+    with the folders under root they leave empty."""
+    from lab.data import cache  # noqa: PLC0415 - only lab.prepare asks
+
+    if _journal is not None:
+        _journal.cache = (Path(root).expanduser(), len(cache.published))
 
 
 def keep() -> None:
@@ -128,7 +157,57 @@ def undo() -> bool:
             _restore_times_and_mode(path, st)
     for d in journal.new_dirs:
         shutil.rmtree(d, ignore_errors=True)
-    return journal.made_here or bool(journal.files or journal.lengths)
+    tool_dir = _restore_tool_dir(journal)
+    if journal.cache is not None:
+        _remove_published(*journal.cache)
+    if journal.run_dir_stat is not None and journal.run_dir.is_dir():
+        _restore_times_and_mode(journal.run_dir, journal.run_dir_stat)
+    return journal.made_here or tool_dir or bool(journal.files or journal.lengths)
+
+
+def _restore_tool_dir(journal: _Journal) -> bool:
+    """<run dir>/wandb/ as begin found it: new entries removed (the whole folder if it is new), links
+    W&B re-pointed at its new run pointed back. -> True when anything had changed."""
+    folder = journal.run_dir / TOOL_DIR
+    if journal.made_here or not folder.is_dir():
+        return False
+    if journal.tool_dir is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return True
+    (before, st), now = journal.tool_dir, _listing(folder)
+    if now == before:
+        return False
+    for name, target in now.items():
+        path = folder / name
+        if name not in before:
+            if target is None and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        elif target != before[name] and before[name] is not None:
+            path.unlink(missing_ok=True)
+            path.symlink_to(before[name])
+    _restore_times_and_mode(folder, st)
+    return True
+
+
+def _remove_published(root: Path, start: int) -> None:
+    from lab.data import cache  # noqa: PLC0415 - as take_back_cache_entries
+
+    root = root.resolve()
+    for path in reversed(cache.published[start:]):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        for folder in path.resolve().parents:  # made for it (lm/, sources/<name>/): removed when nothing else is in them
+            if folder == root or not folder.is_relative_to(root):
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+    del cache.published[start:]
 
 
 def _close_log_files_under(paths: list[Path]) -> None:

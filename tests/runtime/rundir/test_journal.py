@@ -93,7 +93,7 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     training starts) leaves no run directory. Catches: undo not called by user_errors_exit."""
     run = tmp_path / "lm"
     train([*TINY_LM, "trainer.max_steps=2", "trainer.val_check_interval=2", "test=false", f"hydra.run.dir={run}"], tmp_path)
-    before = snapshot(run)
+    before, modified = snapshot(run), run.stat().st_mtime_ns
     other = run_module("lab.train", ["+experiment=encoder_mlm", f"hydra.run.dir={run}", "ckpt_path=auto",
                                      "logger.wandb.mode=disabled"], tmp_path)
     assert other.returncode == 2, other.stderr[-2000:]
@@ -101,7 +101,7 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     assert line.startswith(f"error: checkpoint {run}/checkpoints/") and "holds another task (LanguageModelTask; this run: MLMTask)" in line
     one_short_line(line)  # it named all 10 differing settings, 1,497 characters; they are in the log line before it
     assert "model.n_layers 4 -> 1" in other.stdout + other.stderr and "model.n_layers" not in line
-    assert snapshot(run) == before
+    assert snapshot(run) == before and run.stat().st_mtime_ns == modified  # the lock file came and went
     assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[0] == TINY_LM[0]
 
     (tmp_path / "not_a_model.safetensors").write_bytes(b"junk")
@@ -109,3 +109,60 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "not_a_model.safetensors" in refused.stderr.strip().splitlines()[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lm", "not_a_model.safetensors"], "a refused run left its directory"
+
+
+def links(folder: Path) -> dict[str, str]:
+    return {p.name: os.readlink(p) for p in folder.iterdir() if p.is_symlink()}
+
+
+def test_a_refused_launch_takes_back_what_wandb_wrote_in_another_runs_directory(tmp_path, monkeypatch):
+    """W&B starts when Lightning sets the loggers up, before a refusal in fit's setup can come; in another run's
+    directory its new run folder goes and latest-run / debug*.log point back at the earlier run's files (real W&B,
+    offline: online writes the same folder). Catches: an undo that restores only the files lab itself recorded."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    theirs = an_earlier_run(tmp_path / "theirs")
+    old = theirs / "wandb" / "offline-run-20260101_000000-theirs01"
+    (old / "logs").mkdir(parents=True)
+    (old / "run-theirs01.wandb").write_bytes(b"their W&B record")
+    for name in ("debug.log", "debug-internal.log"):
+        (old / "logs" / name).write_text("their W&B log\n")
+        (theirs / "wandb" / name).symlink_to(old.relative_to(theirs / "wandb") / "logs" / name)
+    (theirs / "wandb" / "latest-run").symlink_to(old.name)
+    before, before_links = snapshot(theirs), links(theirs / "wandb")
+
+    journal.begin(theirs)
+    run = wandb.init(dir=str(theirs), mode="offline", id="theirs01", resume="allow", project="lab")
+    run.finish(exit_code=1)  # lab's fit ends its loggers (finish_loggers) before the refusal reaches undo
+    assert len(list((theirs / "wandb").glob("offline-run-*"))) == 2 and links(theirs / "wandb") != before_links
+    assert journal.undo() is True
+    assert snapshot(theirs) == before and links(theirs / "wandb") == before_links
+
+    journal.begin(theirs := an_earlier_run(tmp_path / "no_wandb_yet"))  # no wandb/ before: it goes whole
+    wandb.init(dir=str(theirs), mode="offline", project="lab").finish(exit_code=1)
+    assert journal.undo() is True and not (theirs / "wandb").exists()
+
+
+def test_take_back_cache_entries_removes_what_this_launch_published_and_nothing_else(tmp_path):
+    """lab.prepare's output is cache entries: refused, those it published go with the folders made for them; an
+    entry that was there before, or that another process published first, stays. Catches: undo that leaves them."""
+    from lab.data.cache import publish_dir, write_once
+
+    cache = tmp_path / "cache"
+    earlier = cache / "lm" / "earlier"
+    earlier.mkdir(parents=True)
+    write_once(cache / "classification" / "theirs" / "split.json", "theirs")
+    log_dir = cache / "prepare-logs" / "now"
+    log_dir.mkdir(parents=True)
+    journal.begin(log_dir)
+    journal.take_back_cache_entries(cache)
+    build = cache / "lm" / ".build"
+    build.mkdir()
+    (build / "manifest.json").write_text("{}")
+    assert publish_dir(build, cache / "lm" / "mine", "manifest.json")
+    write_once(cache / "sources" / "pkg" / "tokenizer.json", "mine")
+    assert write_once(cache / "classification" / "theirs" / "split.json", "mine") == "theirs"  # theirs won: not mine
+    assert journal.undo() is True
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == [
+        "classification", "classification/theirs", "classification/theirs/split.json", "lm", "lm/earlier"]
