@@ -48,7 +48,7 @@ MUTANTS = [
            'if cfg.model.get("parametrization") == "mup":', "if False:",
            [LADDER + "::test_a_mup_ladder_trains_each_rung_under_the_mup_rules_and_says_so"]),
     Mutant("lab.report --transfer: a run without a width is a KeyError", "lab/report/transfer.py",
-           "if run.config.get(WIDTH) is None or run.config.get(LR) is None:", "if False:",
+           "if run.config.get(WIDTH) is None or run.config.get(key) is None:", "if False:",
            ["tests/report/test_transfer.py::test_runs_without_a_width_or_lr_are_one_error_line"]),
     Mutant("--help: a schema without _target_ breaks schema_for", "lab/runtime/cli/schemas.py",
            "return next((s for s in SCHEMAS.values() if _target_of(s) == target), None)",

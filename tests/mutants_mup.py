@@ -6,6 +6,8 @@ from mutants_moe import Mutant
 
 MUP = ("tests/nn/test_mup.py",)
 COORD = ("tests/nn/test_mup.py::test_coordinate_check_flat_under_mup_growing_under_sp",)
+FSDP = ("tests/nn/test_mup_fsdp.py",)
+TRANSFER = ("tests/report/test_transfer.py",)
 
 MUTANTS = [
     Mutant("mup: hidden matrices keep sp's Adam lr", "lab/nn/mup.py",
@@ -47,4 +49,10 @@ MUTANTS = [
     Mutant("mup coord: hidden lr / width_mult^2", "lab/nn/mup.py",
            "Scale(init=fan_in_mult ** -0.5, lr=1 / fan_in_mult)", "Scale(init=fan_in_mult ** -0.5, lr=fan_in_mult ** -2)",
            COORD),
+    # under FSDP2, and the transfer figure's lr
+    Mutant("mup fsdp: hidden lr at sp", "lab/nn/mup.py",
+           "Scale(init=fan_in_mult ** -0.5, lr=1 / fan_in_mult)", "Scale(init=fan_in_mult ** -0.5, lr=1.0)", FSDP),
+    Mutant("mup fsdp: lr divided by the factor", "lab/tasks/optim.py", "g[\"lr\"] *= scale", "g[\"lr\"] /= scale", FSDP),
+    Mutant("mup transfer: a Muon sweep drawn against the fixed Adam lr", "lab/report/transfer.py",
+           "if len(muon - {None}) > 1:", "if False:", TRANSFER),
 ]
