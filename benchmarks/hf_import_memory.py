@@ -6,7 +6,9 @@ transformers shards, TinyLlama-1.1B's shape by default), each in its own process
 
 Reports the weights' size, the peak RSS of a process that only imports lab (the interpreter, torch, lab), of
 import, and of import + export (written in the checkpoint's dtype), each as a multiple of the weights' size, and
-the CPU time (user + sys). The checkpoint is written tensor by tensor (never whole in memory) and reused when
+the CPU time (user + sys). Then a training run's start with model.init_from (the float32 model lab.train builds,
+filled by init_from): built as lab.train builds it (build_to_fill: no random initialisation) and, for comparison,
+randomly initialised first. The checkpoint is written tensor by tensor (never whole in memory) and reused when
 --dir already holds it."""
 from __future__ import annotations
 
@@ -82,6 +84,25 @@ def build(out: Path, shape: dict, shard_bytes: int) -> int:
     return total
 
 
+STEPS = ("baseline", "import", "export", "init_from", "init_from_after_init")
+
+
+def init_from_run(ckpt: Path, to_fill: bool) -> None:
+    """What lab.train does with model.init_from=ckpt: the run's float32 model from the directory's settings, then
+    filled by init_from; to_fill=False initialises it randomly first (a classifier's path)."""
+    from lab.data.tokenizers import tokenizer_from_hf_dir
+    from lab.hf.importing import build_to_fill, init_from, read_dir, read_weights
+    from lab.hf.registry import MODELS
+    from lab.hf.shape import family_of
+
+    p, config = read_dir(ckpt)
+    family = family_of(p, config)
+    with read_weights(p) as weights:
+        settings = family.config_from_hf(config, family.fold(weights, config), tokenizer_from_hf_dir(p))
+    model = build_to_fill(lambda: MODELS[family.kind](**settings), str(p) if to_fill else None, resuming=False)
+    init_from(model, str(p), {})
+
+
 def measure(args: list[str]) -> tuple[float, float]:
     """-> (peak RSS in bytes, user + sys seconds) of `python this_file args` under /usr/bin/time -v."""
     run = subprocess.run(["/usr/bin/time", "-v", sys.executable, __file__, *args], capture_output=True, text=True)
@@ -97,14 +118,16 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/hf_import_memory")
     ap.add_argument("--shape", choices=list(SHAPES), default="1b")
     ap.add_argument("--shard-mb", type=int, default=1024)
-    ap.add_argument("--step", choices=["baseline", "import", "export"], help=argparse.SUPPRESS)  # a measured child
+    ap.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # a measured child
     a = ap.parse_args()
     ckpt = Path(a.dir) / a.shape
     if a.step:
         from lab.hf.exporting import export
         from lab.hf.importing import load
 
-        if a.step != "baseline":
+        if a.step.startswith("init_from"):
+            init_from_run(ckpt, a.step == "init_from")
+        elif a.step != "baseline":
             imported = load(ckpt)
             if a.step == "export":
                 with tempfile.TemporaryDirectory(dir=a.dir) as out:
@@ -115,9 +138,9 @@ def main() -> None:
     size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
     print(f"checkpoint: {ckpt}, {a.shape} Llama-shaped, bf16, {len(list(ckpt.glob('*.safetensors')))} shard(s), "
           f"weights {size / 2**30:.2f} GiB")
-    for step in ("baseline", "import", "export"):
+    for step in STEPS:
         rss, cpu = measure(["--dir", a.dir, "--shape", a.shape, "--step", step])
-        print(f"{step:>8}: peak RSS {rss / 2**30:.2f} GiB = {rss / size:.2f}x the weights; CPU {cpu:.1f} s (user+sys)")
+        print(f"{step:>18}: peak RSS {rss / 2**30:.2f} GiB = {rss / size:.2f}x the weights; CPU {cpu:.1f} s (user+sys)")
 
 
 if __name__ == "__main__":

@@ -176,15 +176,16 @@ def tokenizer_from_json(data: str) -> Tok:
 def hf_tokenizer_key(directory: Path) -> str:
     """data.tokenizer_from's part of a datamodule's cache key: its tokenizer.json's bytes (not the directory's name),
     or one error line. from2: since a file's truncation and padding are ignored (HFTokenizer)."""
-    from lab.data.spm_files import spm_file  # noqa: PLC0415
+    from lab.data.spm_files import spm_file, spm_key  # noqa: PLC0415
 
     file = Path(directory) / "tokenizer.json"
-    if not file.is_file():
-        file = spm_file(directory) or file
-    if not file.is_file():
-        raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json (nor a sentencepiece tokenizer.model); "
-                        "give a Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
-    return f"from2:{content_hash(file)}"
+    if file.is_file():
+        return f"from2:{content_hash(file)}"
+    if (spm := spm_file(directory)) is not None:
+        return f"from2:{spm_key(spm)}"
+    raise DataError(f"data.tokenizer_from={directory} has no tokenizer.json (nor a sentencepiece tokenizer.model or "
+                    "Marian's source.spm + vocab.json); give a Hugging Face model directory (config.json, "
+                    "model.safetensors, tokenizer.json)")
 
 
 def tokenizer_from_hf_dir(path: Path) -> Tok:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from lab.nn.moe import MixtureOfExperts
 
 log = logging.getLogger("lab")
 
-FILES = "config.json, model.safetensors and tokenizer.json (or a sentencepiece tokenizer.model)"
+FILES = ("config.json, model.safetensors and tokenizer.json (or a sentencepiece tokenizer.model, or Marian's "
+         "source.spm + vocab.json)")
 
 
 @dataclass
@@ -48,9 +50,6 @@ def read_dir(path: str | Path) -> tuple[Path, dict]:
     if missing:
         hint = " (or model.safetensors.index.json and its shards; lab reads no pickled pytorch_model.bin: save the " \
                "model with save_pretrained(dir, safe_serialization=True))" if weights in missing else ""
-        if "tokenizer.json" in missing and (p / "source.spm").is_file():
-            hint += "; lab does not read Marian's source.spm/target.spm + vocab.json: give a tokenizer.json with the " \
-                    "same ids (vocab.json's)"
         raise LabError(f"{p} lacks {', '.join(missing)}; lab reads a Hugging Face directory with {FILES}{hint}")
     try:
         config = json.loads((p / "config.json").read_text())
@@ -126,6 +125,21 @@ def differences(model, other) -> list[str]:
 
 def vocabulary(tok) -> dict[str, int]:
     return tok.backend.get_vocab(with_added_tokens=True) if isinstance(tok, HFTokenizer) else {s: i for i, s in enumerate(tok.itos)}
+
+
+def build_to_fill(build: Callable[[], torch.nn.Module], init_from: str | None, resuming: bool) -> torch.nn.Module:
+    """lab.train's model. When model.init_from will overwrite every parameter (an LM, masked LM or translator
+    that is not resuming: init_from refuses a directory that lacks one), built with meta parameters and given
+    uninitialised memory in each one's dtype: no time goes into a random initialisation the checkpoint replaces.
+    A classifier, whose new head starts from init, is built as usual (so is every other run)."""
+    if not init_from or resuming:
+        return build()
+    with parameters_on_meta():
+        model = build()
+    if kind_of(model) == "encoder":
+        return build()  # the meta build drew no random numbers: the head's init is the usual one
+    materialise(model)
+    return model
 
 
 def init_from(model, path: str, meta: dict) -> None:

@@ -70,11 +70,11 @@ def _holders(model: nn.Module, param: nn.Parameter) -> list[tuple[nn.Module, str
     return [(m, n) for m in model.modules() for n, q in m._parameters.items() if q is param]
 
 
-def materialise(model: nn.Module, dtype: torch.dtype) -> None:
-    """Give each meta parameter uninitialised memory of dtype (tied ones stay one tensor)."""
+def materialise(model: nn.Module, dtype: torch.dtype | None = None) -> None:
+    """Give each meta parameter uninitialised memory of dtype, or of its own (tied ones stay one tensor)."""
     for _, p in list(model.named_parameters()):
         if p.is_meta:
-            real = nn.Parameter(torch.empty(p.shape, dtype=dtype), requires_grad=p.requires_grad)
+            real = nn.Parameter(torch.empty(p.shape, dtype=dtype or p.dtype), requires_grad=p.requires_grad)
             for m, n in _holders(model, p):
                 setattr(m, n, real)
 

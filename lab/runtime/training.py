@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lab.checkpoints.reading import metadata_for
+from lab.hf.importing import build_to_fill
 from lab.hf.shape import decide as decide_shape
 from lab.models import build_model
 from lab.runtime.callbacks.throughput import Throughput
@@ -62,7 +63,7 @@ def train(cfg: DictConfig) -> float | None:
             datamodule.setup("fit")
         check_vocabulary(resume, datamodule.vocab)
         run_dir.save_data_report(datamodule.report)  # what was read, dropped, truncated
-        model = build_model(cfg.model, datamodule.vocab)
+        model = build_to_fill(lambda: build_model(cfg.model, datamodule.vocab), cfg.model.get("init_from"), bool(resume))
         task = instantiate(cfg.task, model=model)
         task.lab_metadata = metadata_for(resolved, datamodule)  # what lab.generate & co. rebuild the model from
         compile_model(cfg, task)

@@ -460,22 +460,39 @@ def test_init_from_a_qwen3_names_overrides_that_work_pasted(bpe, tmp_path):
         torch.testing.assert_close(model.eval()(ids), hf(ids).logits, atol=1e-4, rtol=0)
 
 
-@pytest.mark.slow  # a training run (lab.train in a subprocess)
-def test_a_classifier_fine_tunes_from_a_transformers_bert(small_bert, tmp_path):
-    """model.init_from=<BERT dir> through lab.train, the shape from its config.json (no model.* override): the
-    encoder is loaded (the directory's tokenizer reads the data), the pooler and head for the data's labels are new."""
-    from conftest import run_dirs, train
+@pytest.mark.slow  # lab.train and lab.export in subprocesses
+def test_docs_fine_tune_a_bert_classifier_then_export(small_bert, tmp_path):
+    """docs/export.md's walkthrough as typed (a tiny BertForMaskedLM for hf/bert, a labelled reviews.tsv): the shape
+    from its config.json (no model.* override), the encoder loaded through the directory's tokenizer, the pooler and
+    head for the data's labels new; the export loads in transformers with the checkpoint's logits."""
+    from conftest import run_dirs, run_module, train
+
+    from lab.checkpoints.reading import load_model
 
     bert, _ = small_bert
-    train(["+experiment=encoder_classifier_pretrained", f"model.init_from={bert}", "model.pooling=bert",
-           "data.batch_size=16", "data.max_length=32",
+    words = ["a", "gorgeous", "moving", "film", ".", "the", "worst", "movie", "of", "the", "year", ",", "dull", "and", "long"]
+    rows = [f"{' '.join(words[i % 5:i % 5 + 3 + i % 7])}\t{('good', 'bad')[i % 2]}" for i in range(60)]
+    (tmp_path / "reviews.tsv").write_text("review\tsentiment\n" + "\n".join(rows) + "\n")
+    train(["+experiment=encoder_classifier_pretrained", "data=text_classification",
+           f"data.train_file={tmp_path / 'reviews.tsv'}", "data.text_field=review", "data.label_field=sentiment",
+           f"model.init_from={bert}", "model.pooling=bert", "data.batch_size=16", "data.max_length=32",
            "trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batches=1", "test=false",
-           "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path)
-    (run,) = run_dirs(tmp_path)
+           "logger.wandb.mode=disabled", "callbacks.progress=null"], tmp_path / "runs")
+    (run,) = run_dirs(tmp_path / "runs")
     log = (run / "train.log").read_text()
     encoder = 4 + 12  # embeddings (tokens, positions, norm weight and bias) + one block's 12 tensors
     assert f"init_from {bert} (BertForMaskedLM): loaded {encoder} tensors; new (trained from init): " \
            "pool.dense.weight, pool.dense.bias, classifier.weight, classifier.bias" in log
+    out = tmp_path / "exports" / "bert_reviews"
+    result = run_module("lab.export", [f"ckpt_path={run}", f"out_dir={out}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
+    model, tok, _ = load_model(best)
+    ids = torch.tensor([[tok.token_id("[CLS]"), *tok.encode("the worst film of the year"), tok.token_id("[SEP]")]])
+    with torch.no_grad():
+        exported = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+        torch.testing.assert_close(exported(ids).logits, model(ids), atol=1e-4, rtol=0)
+    assert transformers.AutoTokenizer.from_pretrained(out)("the worst film of the year").input_ids == ids[0].tolist()
 
 
 def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_path):
@@ -492,6 +509,32 @@ def test_an_lm_continues_from_its_export_and_refuses_another_tokenizer(bpe, tmp_
     other = HFTokenizer.train([TEXT] * 20, ["<|endoftext|>"], vocab_size=290, kind="bpe")
     with pytest.raises(LabError, match="the data's tokenizer is not the model's"):
         init_from(_model(bpe.vocab_size, **layout), str(tmp_path), {"tokenizer": other.to_json()})
+
+
+def test_a_run_model_built_to_fill_is_its_checkpoint_bit_for_bit(bpe, tmp_path):
+    """lab.train's model for model.init_from (build_to_fill): no random initialisation (no random number drawn),
+    no parameter left meta, and after init_from every parameter is the checkpoint's bit for bit. A resumed run and
+    a classifier (whose new head starts from init) are built as usual, the same numbers as without init_from."""
+    from lab.hf.importing import build_to_fill, init_from
+    from lab.models.gpt import GPT
+
+    layout = CASES["mixtral-bpe-top2"][2]
+    trained = _model(bpe.vocab_size, **layout)
+    export(trained, bpe, {}, tmp_path)
+    lm = lambda: GPT(bpe.vocab_size, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, **layout)  # noqa: E731
+    before = torch.random.get_rng_state()
+    fresh = build_to_fill(lm, str(tmp_path), resuming=False)
+    assert torch.equal(torch.random.get_rng_state(), before) and not any(p.is_meta for p in fresh.parameters())
+    init_from(fresh, str(tmp_path), {"tokenizer": bpe.to_json()})
+    _same_model(trained, fresh)
+    build_to_fill(lm, str(tmp_path), resuming=True)
+    assert not torch.equal(torch.random.get_rng_state(), before)  # a resumed run's model: built (and drawn) as usual
+    common = dict(d_model=32, n_layers=1, n_heads=4, max_seq_len=64, **BERT_LAYOUT)
+    classifier = lambda: EncoderClassifier(200, 0, 3, **common)  # noqa: E731
+    torch.manual_seed(3)
+    usual = classifier()
+    torch.manual_seed(3)
+    _same_model(usual, build_to_fill(classifier, str(tmp_path), resuming=False))
 
 
 def test_a_missing_shard_is_one_error(bpe, tmp_path):
