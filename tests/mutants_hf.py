@@ -294,4 +294,10 @@ MUTANTS = [
     ("Marian: separate vocabularies read as one", "lab/data/spm_files.py",
      'if config.get("separate_vocabs") or file.with_name("target_vocab.json").is_file():', "if False:",
      [f"{SPM}::test_against_hf_marian_what_lab_reads_otherwise_is_said"]),
+    ("sentencepiece: a Pegasus spiece.model is read as T5's", "lab/data/spm_files.py",
+           "    _refuse_other_family(file, kind)\n", "",
+           ["tests/hf/test_against_hf_spm_tokenizers.py::test_a_spiece_model_of_another_family_than_t5_is_refused_not_read_as_t5"]),
+    ("sentencepiece: T5's own fast class is refused", "lab/data/spm_files.py",
+           'named.removesuffix("Fast") != reads', "named != reads",
+           ["tests/hf/test_against_hf_spm_tokenizers.py::test_a_spiece_model_of_another_family_than_t5_is_refused_not_read_as_t5"]),
 ]

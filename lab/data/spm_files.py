@@ -144,6 +144,27 @@ def _marian(file: Path, proto):
     return tok, specials
 
 
+# the tokenizers whose ids lab reproduces from the .spm alone; others shift ids (Pegasus: +103 for its own
+# specials) or add pieces of their own, so their ids would be wrong without a word
+READS = {UNIGRAM: ("T5Tokenizer", {"t5", "mt5", "umt5"}), BPE: ("LlamaTokenizer", {"llama", "mistral", "mixtral"})}
+
+
+def _refuse_other_family(file: Path, kind) -> None:
+    """One error when tokenizer_config.json's tokenizer_class or config.json's model_type names a tokenizer
+    other than the one lab reads this kind of model as (a Pegasus spiece.model is a Unigram, but not T5's)."""
+    reads, model_types = READS[kind]
+    named = _json(file.with_name("tokenizer_config.json")).get("tokenizer_class")
+    model_type = _json(file.with_name("config.json")).get("model_type")
+    if named is not None and named.removesuffix("Fast") != reads:
+        other = named
+    elif named is None and model_type is not None and model_type not in model_types:
+        other = f"the tokenizer of model_type {model_type!r}"
+    else:
+        return
+    raise DataError(f"{file.parent}: {other} is not {reads}, the one lab reads {file.name} as, so its ids could differ; "
+                    "save the tokenizer with transformers (save_pretrained) to get tokenizer.json")
+
+
 def spm_tokenizer(file: Path):
     """(the `tokenizers` object, lab's kind, its special tokens in id order) of a sentencepiece model file."""
     proto = _proto(file)
@@ -155,6 +176,7 @@ def spm_tokenizer(file: Path):
     if kind not in (UNIGRAM, BPE):
         raise DataError(f"{file} is a sentencepiece model of type {kind}, which lab does not read (it reads BPE, as "
                         "Llama's, and Unigram, as T5's); save the tokenizer with transformers to get tokenizer.json")
+    _refuse_other_family(file, kind)
     specials = [p.piece for p in proto.pieces if p.type in (UNKNOWN, CONTROL)]
     log.info(f"{file}: a sentencepiece {'BPE' if kind == BPE else 'Unigram'} model, read as transformers' "
              f"{'LlamaTokenizer' if kind == BPE else 'T5Tokenizer'} reads it")

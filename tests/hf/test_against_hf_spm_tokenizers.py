@@ -51,6 +51,24 @@ def test_against_hf_t5_tokenizer(tmp_path):
     assert ours.special_tokens == ["<pad>", "</s>", "<unk>"]
 
 
+@pytest.mark.parametrize(("file", "config", "named"), [
+    ("config.json", {"model_type": "pegasus"}, "the tokenizer of model_type 'pegasus'"),
+    ("tokenizer_config.json", {"tokenizer_class": "PegasusTokenizer"}, "PegasusTokenizer"),
+    ("tokenizer_config.json", {"tokenizer_class": "T5TokenizerFast"}, None),
+    ("config.json", {"model_type": "mt5"}, None)])
+def test_a_spiece_model_of_another_family_than_t5_is_refused_not_read_as_t5(tmp_path, file, config, named):
+    """Pegasus ships a Unigram spiece.model too, but PegasusTokenizer shifts every id by 103: read as T5's, its
+    ids would be silently wrong. Catches the family check missing, or refusing T5's own (fast) class or mT5."""
+    d = tmp_path / "spm"
+    _train(d, "spiece.model", model_type="unigram", vocab_size=55, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    (d / file).write_text(json.dumps(config))
+    if named is None:
+        assert tokenizer_from_hf_dir(d).token_id("</s>") == 1
+        return
+    with pytest.raises(LabError, match=f"{named} is not T5Tokenizer.*save_pretrained"):
+        tokenizer_from_hf_dir(d)
+
+
 @pytest.mark.parametrize(("config", "n"), [(None, 100), ({"extra_ids": 3}, 3)])
 def test_against_hf_t5_sentinels(tmp_path, config, n):
     """T5's <extra_id_*> sentinels after the file's pieces, <extra_id_0> last: the vocabulary size and every
