@@ -14,6 +14,7 @@ QK_NORM = ("tests/nn/test_attention.py::test_qk_norm_attention_equals_a_naive_lo
 FFN = ("tests/nn/test_ffn.py",)
 BLOCKS = ("tests/nn/test_blocks.py",)
 DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step",)
+MUON_EXPERTS = ("tests/tasks/test_muon.py::test_muon_experts_false_gives_the_expert_stacks_to_adamw_as_the_task_configures_it",)
 RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
@@ -48,6 +49,10 @@ MUTANTS = [
            "ns_dtype=NS_DTYPES[ns_dtype])", "ns_dtype=torch.bfloat16)", MUON),
     Mutant("muon: a stack's matrices mixed across shapes", "lab/tasks/optim.py",
            "key = (tuple(u.shape[-2:]), u.device,", "key = (tuple(sorted(u.shape[-2:])), u.device,", MUON),
+    Mutant("muon: muon_experts=false ignored (experts stay in Muon)", "lab/tasks/optim.py",
+           "MUON_ROLES if muon_experts else MUON_ROLES - {Role.EXPERT}", "MUON_ROLES", MUON_EXPERTS),
+    Mutant("muon: muon_experts=false takes the routers out of Muon too", "lab/tasks/optim.py",
+           "MUON_ROLES - {Role.EXPERT}", "MUON_ROLES - {Role.EXPERT, Role.ROUTER}", MUON_EXPERTS),
     Mutant("distributed muon: each rank orthogonalises its own shards of the matrices", "lab/tasks/optim.py",
            "if row_sharded(u) and u.ndim == 2:", "if False:", DIST_MUON),
     Mutant("distributed muon: rank 0 owns every matrix", "lab/tasks/optim.py",

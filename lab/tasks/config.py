@@ -56,6 +56,9 @@ class MuonAdamWConfig(AdamWConfig):
     muon_weight_decay: float = 0.0
     ns_dtype: str = "bfloat16"
     """Newton-Schulz's compute dtype: bfloat16 (torch.optim.Muon's; tensor cores on a GPU) or float32."""
+    muon_experts: bool = True
+    """MoE experts' stacked matrices in Muon (each expert's matrix orthogonalised on its own); false: in AdamW, with
+    the lr and weight_decay above, to measure what Muon on experts changes (experiments/moe_ablation)."""
 
 
 @dataclass

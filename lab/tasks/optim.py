@@ -377,23 +377,25 @@ class MuonAdamW(Optimizer):
     lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
     keeps them), and fused (torch.optim.AdamW's: one kernel for all its tensors on a GPU; None: torch's choice);
     muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's, ns_dtype its Newton-Schulz
-    compute dtype: bfloat16 (torch.optim.Muon's, the default) or float32.
+    compute dtype: bfloat16 (torch.optim.Muon's, the default) or float32; muon_experts=False gives the experts'
+    stacked matrices to AdamW instead (with the task's lr and weight decay), to measure what Muon on experts changes.
     """
 
     def __init__(self, params, roles: Mapping[torch.Tensor, Role], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0,
-                 fused: bool | None = None, ns_dtype: str = "bfloat16"):
+                 fused: bool | None = None, ns_dtype: str = "bfloat16", muon_experts: bool = True):
         if ns_dtype not in NS_DTYPES:
             raise LabError(f"task.optimizer.ns_dtype must be one of {', '.join(NS_DTYPES)}, got {ns_dtype}; "
                            "e.g. task.optimizer.ns_dtype=float32")
         groups = [g if isinstance(g, dict) else {"params": [g]} for g in params]
+        muon_roles = MUON_ROLES if muon_experts else MUON_ROLES - {Role.EXPERT}
         muon_groups, adamw_groups = [], []
         for g in groups:
             rest = {k: v for k, v in g.items() if k != "params"}
             decays = rest.get("weight_decay", weight_decay) != 0.0
-            hidden = [p for p in g["params"] if roles[p] in MUON_ROLES]
-            others = [p for p in g["params"] if roles[p] not in MUON_ROLES]
+            hidden = [p for p in g["params"] if roles[p] in muon_roles]
+            others = [p for p in g["params"] if roles[p] not in muon_roles]
             # no empty groups: torch.distributed.checkpoint (FSDP2) maps a saved group to this one's by its params
             if hidden:
                 muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
@@ -417,6 +419,9 @@ class MuonAdamW(Optimizer):
         log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices and expert stacks (%d params; weight decay %s); AdamW "
                  "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
                  muon_lr, momentum, *split(self.muon.param_groups), lr, *split(self.adamw.param_groups))
+        if experts := [p for g in adamw_groups for p in g["params"] if roles[p] is Role.EXPERT]:
+            log.info("optimizer: the %d expert stacks (%d params) train with AdamW, not Muon (task.optimizer.muon_experts=false)",
+                     len(experts), sum(p.numel() for p in experts))
 
     def _share(self) -> None:
         """Point the inner optimizers at this one's groups and state (after construction and after a load)."""

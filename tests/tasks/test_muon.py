@@ -107,6 +107,40 @@ def test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings(compose, ta
     assert opt.adamw.param_groups[0]["betas"] == tuple(cfg.task.optimizer.betas)
 
 
+def test_muon_experts_false_gives_the_expert_stacks_to_adamw_as_the_task_configures_it(compose, caplog):
+    """task.optimizer.muon_experts=false (the MoE ablation's AdamW side): the experts' stacks leave Muon for AdamW's
+    decayed group, and their step is torch.optim.AdamW's with the task's lr and weight decay; the router stays in
+    Muon. Catches the switch being ignored (experts still orthogonalised) or dropping the router with the experts."""
+    cfg = compose(["task=language_model", "+task/optimizer=muon", "task.optimizer.muon_experts=false",
+                   "task.optimizer.weight_decay=0.1"])
+    torch.manual_seed(0)
+    model = GPT(11, tie_embeddings=False, moe=dict(num_experts=4, top_k=2, every_n=2), **TINY)
+    names = {id(p): n for n, p in model.named_parameters()}
+    with caplog.at_level(logging.INFO, logger="lab"):
+        opt = instantiate(cfg.task.optimizer)(*task_groups(model))
+    experts = [f"decoder.layers.1.ffn.experts.{w}" for w in ("w_in", "w_out")]
+    muon = {names[id(p)] for g in opt.muon.param_groups for p in g["params"]}
+    assert "decoder.layers.1.ffn.router.weight" in muon and not muon & set(experts)
+    (decayed,) = [g for g in opt.adamw.param_groups if g["weight_decay"] == 0.1]
+    assert set(experts) <= {names[id(p)] for p in decayed["params"]}
+    assert any("2 expert stacks" in r.getMessage() and "muon_experts=false" in r.getMessage() for r in caplog.records)
+    stacks = [p for p in model.parameters() if names[id(p)] in experts]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in stacks]
+    ref_opt = torch.optim.AdamW(ref, lr=cfg.task.optimizer.lr, betas=tuple(cfg.task.optimizer.betas),
+                                eps=cfg.task.optimizer.eps, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        x = torch.randint(0, 11, (2, 8), generator=gen)
+        F.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+        for p, r in zip(stacks, ref, strict=True):
+            r.grad = p.grad.clone()
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        for p, r in zip(stacks, ref, strict=True):
+            torch.testing.assert_close(p.detach(), r.detach(), rtol=0, atol=1e-7)
+
+
 # ---- batched Newton-Schulz against torch.optim.Muon, one matrix at a time ----------------------------------------
 
 def float32_newton_schulz(grad, ns_coefficients, ns_steps, eps):
