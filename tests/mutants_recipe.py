@@ -13,7 +13,8 @@ QK_NORM = ("tests/nn/test_attention.py::test_qk_norm_attention_equals_a_naive_lo
            "tests/nn/test_attention.py::test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys")
 FFN = ("tests/nn/test_ffn.py",)
 BLOCKS = ("tests/nn/test_blocks.py",)
-DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step",)
+DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_bucket",)
+BUCKETS = ("tests/tasks/test_muon.py::test_buckets_hold_whole_matrices_up_to_the_cap_in_parameter_order", *DIST_MUON)
 MUON_EXPERTS = ("tests/tasks/test_muon.py::test_muon_experts_false_gives_the_expert_stacks_to_adamw_as_the_task_configures_it",)
 RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
@@ -61,6 +62,15 @@ MUTANTS = [
            "elif row_sharded(u) or not isinstance(u, DTensor):", "elif not isinstance(u, DTensor):", DIST_MUON),
     Mutant("distributed muon: shard rows rounded down", "lab/tasks/optim.py",
            "chunk = -(-rows // ranks)", "chunk = max(1, rows // ranks)", DIST_MUON),
+    Mutant("distributed muon: the bucket cap ignored", "lab/tasks/optim.py",
+           "if not runs or (cap is not None and total + size > cap):", "if not runs:", BUCKETS),
+    Mutant("distributed muon: a bucket that reaches the cap exactly is split", "lab/tasks/optim.py",
+           "total + size > cap", "total + size >= cap", BUCKETS),
+    Mutant("distributed muon: owners planned bucket by bucket", "lab/tasks/optim.py",
+           "[indices[j] for j in bucket], owner)", "[indices[j] for j in bucket], self._owners(members, [indices[j] for j in bucket]))",
+           DIST_MUON),
+    Mutant("distributed muon: muon_bucket_mb never reaches BatchedMuon", "lab/tasks/optim.py",
+           "                                bucket_mb=muon_bucket_mb)", "                                bucket_mb=None)", BUCKETS),
     Mutant("wsd: the decay starts one step late", "lab/tasks/optim.py",
            "(step - (self.total_steps - decay_steps)) / decay_steps", "(step - 1 - (self.total_steps - decay_steps)) / decay_steps",
            WSD),
