@@ -20,8 +20,8 @@ RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_cont
 
 MUTANTS = [
     Mutant("muon: the hidden matrices go to AdamW", "lab/tasks/optim.py",
-           'hidden = [p for p in g["params"] if roles[p] in MUON_ROLES]',
-           'hidden = [p for p in g["params"] if roles[p] in MUON_ROLES and p.dim() > 2]', MUON),
+           'hidden = [p for p in g["params"] if roles[p] in muon_roles]',
+           'hidden = [p for p in g["params"] if roles[p] in muon_roles and p.dim() > 2]', MUON),
     Mutant("muon: the head counts as a hidden matrix", "lab/nn/blocks.py",
            "Role.READOUT if any(m is r for r in readouts) else Role.HEAD",
            "Role.HIDDEN", MUON),
@@ -47,7 +47,7 @@ MUTANTS = [
     Mutant("muon: match_rms_adamw's adjustment is the original's", "lab/tasks/optim.py",
            "return lr * 0.2 * math.sqrt(max(rows, cols))", "return lr * math.sqrt(max(1, rows / cols))", MUON),
     Mutant("muon: ns_dtype ignored (always bfloat16)", "lab/tasks/optim.py",
-           "ns_dtype=NS_DTYPES[ns_dtype])", "ns_dtype=torch.bfloat16)", MUON),
+           "ns_dtype=NS_DTYPES[ns_dtype],", "ns_dtype=torch.bfloat16,", MUON),
     Mutant("muon: a stack's matrices mixed across shapes", "lab/tasks/optim.py",
            "key = (tuple(u.shape[-2:]), u.device,", "key = (tuple(sorted(u.shape[-2:])), u.device,", MUON),
     Mutant("muon: muon_experts=false ignored (experts stay in Muon)", "lab/tasks/optim.py",
