@@ -13,13 +13,15 @@ QK_NORM = ("tests/nn/test_attention.py::test_qk_norm_attention_equals_a_naive_lo
            "tests/nn/test_attention.py::test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys")
 FFN = ("tests/nn/test_ffn.py",)
 BLOCKS = ("tests/nn/test_blocks.py",)
-DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step",)
+DIST_MUON = ("tests/tasks/test_muon.py::test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_bucket",)
+BUCKETS = ("tests/tasks/test_muon.py::test_buckets_hold_whole_matrices_up_to_the_cap_in_parameter_order", *DIST_MUON)
+MUON_EXPERTS = ("tests/tasks/test_muon.py::test_muon_experts_false_gives_the_expert_stacks_to_adamw_as_the_task_configures_it",)
 RESUME_MUON = ("tests/runtime/trainer/test_resume.py::test_resumed_muon_run_continues_the_uninterrupted_curve",)
 
 MUTANTS = [
     Mutant("muon: the hidden matrices go to AdamW", "lab/tasks/optim.py",
-           'hidden = [p for p in g["params"] if roles[p] in MUON_ROLES]',
-           'hidden = [p for p in g["params"] if roles[p] in MUON_ROLES and p.dim() > 2]', MUON),
+           'hidden = [p for p in g["params"] if roles[p] in muon_roles]',
+           'hidden = [p for p in g["params"] if roles[p] in muon_roles and p.dim() > 2]', MUON),
     Mutant("muon: the head counts as a hidden matrix", "lab/nn/blocks.py",
            "Role.READOUT if any(m is r for r in readouts) else Role.HEAD",
            "Role.HIDDEN", MUON),
@@ -45,9 +47,13 @@ MUTANTS = [
     Mutant("muon: match_rms_adamw's adjustment is the original's", "lab/tasks/optim.py",
            "return lr * 0.2 * math.sqrt(max(rows, cols))", "return lr * math.sqrt(max(1, rows / cols))", MUON),
     Mutant("muon: ns_dtype ignored (always bfloat16)", "lab/tasks/optim.py",
-           "ns_dtype=NS_DTYPES[ns_dtype])", "ns_dtype=torch.bfloat16)", MUON),
+           "ns_dtype=NS_DTYPES[ns_dtype],", "ns_dtype=torch.bfloat16,", MUON),
     Mutant("muon: a stack's matrices mixed across shapes", "lab/tasks/optim.py",
            "key = (tuple(u.shape[-2:]), u.device,", "key = (tuple(sorted(u.shape[-2:])), u.device,", MUON),
+    Mutant("muon: muon_experts=false ignored (experts stay in Muon)", "lab/tasks/optim.py",
+           "MUON_ROLES if muon_experts else MUON_ROLES - {Role.EXPERT}", "MUON_ROLES", MUON_EXPERTS),
+    Mutant("muon: muon_experts=false takes the routers out of Muon too", "lab/tasks/optim.py",
+           "MUON_ROLES - {Role.EXPERT}", "MUON_ROLES - {Role.EXPERT, Role.ROUTER}", MUON_EXPERTS),
     Mutant("distributed muon: each rank orthogonalises its own shards of the matrices", "lab/tasks/optim.py",
            "if row_sharded(u) and u.ndim == 2:", "if False:", DIST_MUON),
     Mutant("distributed muon: rank 0 owns every matrix", "lab/tasks/optim.py",
@@ -56,6 +62,15 @@ MUTANTS = [
            "elif row_sharded(u) or not isinstance(u, DTensor):", "elif not isinstance(u, DTensor):", DIST_MUON),
     Mutant("distributed muon: shard rows rounded down", "lab/tasks/optim.py",
            "chunk = -(-rows // ranks)", "chunk = max(1, rows // ranks)", DIST_MUON),
+    Mutant("distributed muon: the bucket cap ignored", "lab/tasks/optim.py",
+           "if not runs or (cap is not None and total + size > cap):", "if not runs:", BUCKETS),
+    Mutant("distributed muon: a bucket that reaches the cap exactly is split", "lab/tasks/optim.py",
+           "total + size > cap", "total + size >= cap", BUCKETS),
+    Mutant("distributed muon: owners planned bucket by bucket", "lab/tasks/optim.py",
+           "[indices[j] for j in bucket], owner)", "[indices[j] for j in bucket], self._owners(members, [indices[j] for j in bucket]))",
+           DIST_MUON),
+    Mutant("distributed muon: muon_bucket_mb never reaches BatchedMuon", "lab/tasks/optim.py",
+           "                                bucket_mb=muon_bucket_mb)", "                                bucket_mb=None)", BUCKETS),
     Mutant("wsd: the decay starts one step late", "lab/tasks/optim.py",
            "(step - (self.total_steps - decay_steps)) / decay_steps", "(step - 1 - (self.total_steps - decay_steps)) / decay_steps",
            WSD),

@@ -56,6 +56,12 @@ class MuonAdamWConfig(AdamWConfig):
     muon_weight_decay: float = 0.0
     ns_dtype: str = "bfloat16"
     """Newton-Schulz's compute dtype: bfloat16 (torch.optim.Muon's; tensor cores on a GPU) or float32."""
+    muon_experts: bool = True
+    """MoE experts' stacked matrices in Muon (each expert's matrix orthogonalised on its own); false: in AdamW, with
+    the lr and weight_decay above, to measure what Muon on experts changes (experiments/moe_ablation)."""
+    muon_bucket_mb: float | None = None
+    """Under FSDP2, the most MiB of whole matrices that one bucket of distributed Muon gathers to their owner ranks
+    (two all-to-alls per bucket; an owner holds one bucket's matrices at a time); null: one bucket for all."""
 
 
 @dataclass
@@ -183,6 +189,7 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("task.optimizer.weight_decay", lambda v: v >= 0, "a number in [0, inf)"),
     ("task.optimizer.eps", lambda v: v > 0, "a number in (0, inf)"),
     ("task.optimizer.ns_dtype", lambda v: v in ("bfloat16", "float32"), "bfloat16 or float32"),
+    ("task.optimizer.muon_bucket_mb", lambda v: v is None or v > 0, "a number > 0, or null for one bucket"),
     ("task.optimizer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1), e.g. [0.9, 0.95]"),
     ("task.scheduler.warmup_steps", lambda v: v >= 0, "an integer >= 0"),
     ("task.scheduler.min_lr", lambda v: v >= 0, "a number in [0, inf)"),

@@ -216,6 +216,20 @@ def shard_rows(rows: int, ranks: int) -> list[int]:
     return [max(0, min(chunk, rows - r * chunk)) for r in range(ranks)]
 
 
+def buckets(sizes: list[int], cap: float | None) -> list[list[int]]:
+    """Distributed Muon's buckets: the indices of `sizes` (bytes, in parameter order) cut into runs of at most `cap`
+    bytes (None: one run), a size over the cap a run of its own."""
+    runs: list[list[int]] = []
+    total = 0
+    for j, size in enumerate(sizes):
+        if not runs or (cap is not None and total + size > cap):
+            runs.append([])
+            total = 0
+        runs[-1].append(j)
+        total += size
+    return runs
+
+
 def row_sharded(t: torch.Tensor) -> bool:
     """A DTensor in FSDP2's default layout: rows split over a 1-D mesh (Shard(0))."""
     return isinstance(t, DTensor) and t.device_mesh.ndim == 1 and t.placements == (Shard(0),)
@@ -229,24 +243,29 @@ class BatchedMuon(Optimizer):
 
     Under FSDP2 (DTensor shards of rows over a 1-D mesh) the ranks share the work, as Moonlight's distributed Muon
     and modded-nanogpt do: each matrix has one owner rank (the largest first, each to the least loaded rank); one
-    all-to-all per bucket (the matrices of one mesh and dtype) sends every shard to its matrix's owner, each owner
-    orthogonalises its whole matrices, and a second all-to-all sends each rank its shard of the results: two
-    collectives per bucket and step, whatever the number of matrices. An expert stack's shard holds whole experts
-    (FSDP2 splits the expert dimension), so each rank orthogonalises its own experts with no collective. Any other
-    DTensor layout is gathered whole (one all-gather per matrix) and orthogonalised on every rank.
+    all-to-all per bucket (the matrices of one mesh and dtype, in parameter order, at most bucket_mb MiB of whole
+    matrices when given) sends every shard to its matrix's owner, each owner orthogonalises its whole matrices, and
+    a second all-to-all sends each rank its shard of the results: two collectives per bucket and step, whatever the
+    number of matrices. Buckets go one after the other, so an owner holds one bucket's matrices at a time. An expert
+    stack's shard holds whole experts (FSDP2 splits the expert dimension), so each rank orthogonalises its own
+    experts with no collective. Any other DTensor layout is gathered whole (one all-gather per matrix) and
+    orthogonalised on every rank.
 
-    ns_dtype: Newton-Schulz's compute dtype (torch.optim.Muon's is bfloat16)."""
+    ns_dtype: Newton-Schulz's compute dtype (torch.optim.Muon's is bfloat16). bucket_mb: the cap on a bucket
+    (None: one bucket per mesh and dtype); a matrix larger than the cap is a bucket of its own."""
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
                  nesterov: bool = True, ns_coefficients: tuple[float, float, float] = (3.4445, -4.7750, 2.0315),
                  eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None,
-                 ns_dtype: torch.dtype = torch.bfloat16):
+                 ns_dtype: torch.dtype = torch.bfloat16, bucket_mb: float | None = None):
         if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
             raise LabError(f"task.optimizer.adjust_lr_fn must be null, original or match_rms_adamw, got {adjust_lr_fn}")
         defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "nesterov": nesterov,
                     "ns_coefficients": ns_coefficients, "eps": eps, "ns_steps": ns_steps, "adjust_lr_fn": adjust_lr_fn}
         super().__init__(params, defaults)
-        self.ns_dtype = ns_dtype  # how, not what: not a group key, so checkpoints keep torch.optim.Muon's layout
+        # how, not what: not group keys, so checkpoints keep torch.optim.Muon's layout
+        self.ns_dtype = ns_dtype
+        self.bucket_bytes = None if bucket_mb is None else bucket_mb * 2**20  # MiB, as DDP's bucket_cap_mb
         for group in self.param_groups:
             for p in group["params"]:
                 if p.ndim not in (2, 3):
@@ -289,22 +308,23 @@ class BatchedMuon(Optimizer):
                 members.append((p, update, group))
         # what each rank orthogonalises: local matrices and expert shards, gathered matrices, and the matrices it owns
         local: list[tuple[torch.Tensor, dict]] = []
-        buckets: dict[tuple, list[int]] = {}
+        sharded: dict[tuple, list[int]] = {}
         for i, (_, u, group) in enumerate(members):
             if row_sharded(u) and u.ndim == 2:
-                buckets.setdefault((u.device_mesh, u.dtype), []).append(i)
+                sharded.setdefault((u.device_mesh, u.dtype), []).append(i)
             elif row_sharded(u) or not isinstance(u, DTensor):
                 local.append((u.to_local() if isinstance(u, DTensor) else u, group))
             else:
                 local.append((u.full_tensor(), group))  # other layouts: whole on every rank, one all-gather
-        exchanges = [self._send_to_owners(members, indices) for indices in buckets.values()]
-        owned = [(full, members[i][2]) for ex in exchanges for i, full in ex["owned"]]
-        ortho = self._orthogonalise(local + owned)
-        ortho_local, ortho_owned = ortho[:len(local)], iter(ortho[len(local):])
         results: dict[int, torch.Tensor] = {}
-        for ex in exchanges:
-            results.update(self._return_to_shards(members, ex, [next(ortho_owned) for _ in ex["owned"]]))
-        ortho_local = iter(ortho_local)
+        for indices in sharded.values():
+            owner = self._owners(members, indices)
+            sizes = [members[i][1].numel() * members[i][1].element_size() for i in indices]
+            for bucket in buckets(sizes, self.bucket_bytes):
+                ex = self._send_to_owners(members, [indices[j] for j in bucket], owner)
+                ortho = self._orthogonalise([(full, members[i][2]) for i, full in ex["owned"]])
+                results.update(self._return_to_shards(members, ex, ortho))
+        ortho_local = iter(self._orthogonalise(local))
         for i, (p, u, group) in enumerate(members):
             o = results[i] if i in results else next(ortho_local)
             if isinstance(u, DTensor) and not row_sharded(u):
@@ -317,15 +337,23 @@ class BatchedMuon(Optimizer):
         return loss
 
     @staticmethod
-    def _send_to_owners(members: list[tuple[torch.Tensor, torch.Tensor, dict]], indices: list[int]) -> dict:
-        """One bucket's first all-to-all: each row-sharded matrix's shards to its owner rank, which returns them
-        as whole matrices ("owned": [(member index, matrix)])."""
-        mesh = members[indices[0]][1].device_mesh
-        group, ranks, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
+    def _owners(members: list[tuple[torch.Tensor, torch.Tensor, dict]], indices: list[int]) -> dict[int, int]:
+        """Each row-sharded matrix's owner rank, planned over all the matrices of a mesh (not bucket by bucket, so
+        the buckets share the work too): the largest first, each to the least loaded rank."""
+        ranks = members[indices[0]][1].device_mesh.size()
         load, owner = [0] * ranks, {}
         for i in sorted(indices, key=lambda i: -members[i][1].numel()):  # the same plan on every rank
             owner[i] = min(range(ranks), key=lambda r: load[r])
             load[owner[i]] += members[i][1].numel()
+        return owner
+
+    @staticmethod
+    def _send_to_owners(members: list[tuple[torch.Tensor, torch.Tensor, dict]], indices: list[int],
+                        owner: dict[int, int]) -> dict:
+        """One bucket's first all-to-all: each row-sharded matrix's shards to its owner rank, which returns them
+        as whole matrices ("owned": [(member index, matrix)])."""
+        mesh = members[indices[0]][1].device_mesh
+        group, ranks, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
         rows = {i: shard_rows(members[i][1].shape[0], ranks) for i in indices}
         for i in indices:
             if members[i][1].to_local().shape[0] != rows[i][me]:
@@ -354,7 +382,8 @@ class BatchedMuon(Optimizer):
         this rank's shard of every matrix in the bucket, by member index."""
         ranks, me, rows, cols, by_owner = ex["ranks"], ex["me"], ex["rows"], ex["cols"], ex["by_owner"]
         cuts = {i: o.split(rows[i]) for (i, _), o in zip(ex["owned"], ortho, strict=True)}
-        send = torch.cat([cuts[i][r].reshape(-1).to(members[i][1].dtype) for r in range(ranks) for i in by_owner[me]])
+        empty = members[next(iter(rows))][1].to_local().new_empty(0)  # for a rank that owns none of the bucket
+        send = torch.cat([empty, *(cuts[i][r].reshape(-1).to(empty.dtype) for r in range(ranks) for i in by_owner[me])])
         recv = send.new_empty(sum(ex["send_splits"]))
         torch.distributed.all_to_all_single(recv, send, ex["send_splits"], ex["recv_splits"], group=ex["group"])
         pieces = iter(recv.split([rows[i][me] * cols[i] for r in range(ranks) for i in by_owner[r]]))
@@ -377,23 +406,27 @@ class MuonAdamW(Optimizer):
     lr, betas, eps, weight_decay are AdamW's (the names a task's AdamW config already has, so `task/optimizer=muon`
     keeps them), and fused (torch.optim.AdamW's: one kernel for all its tensors on a GPU; None: torch's choice);
     muon_lr, momentum, nesterov, ns_steps, adjust_lr_fn, muon_weight_decay are Muon's, ns_dtype its Newton-Schulz
-    compute dtype: bfloat16 (torch.optim.Muon's, the default) or float32.
+    compute dtype: bfloat16 (torch.optim.Muon's, the default) or float32, muon_bucket_mb the cap on distributed
+    Muon's buckets under FSDP2 (BatchedMuon's bucket_mb); muon_experts=False gives the experts' stacked matrices to
+    AdamW instead (with the task's lr and weight decay), to measure what Muon on experts changes.
     """
 
     def __init__(self, params, roles: Mapping[torch.Tensor, Role], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, muon_lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, muon_weight_decay: float = 0.0,
-                 fused: bool | None = None, ns_dtype: str = "bfloat16"):
+                 fused: bool | None = None, ns_dtype: str = "bfloat16", muon_experts: bool = True,
+                 muon_bucket_mb: float | None = None):
         if ns_dtype not in NS_DTYPES:
             raise LabError(f"task.optimizer.ns_dtype must be one of {', '.join(NS_DTYPES)}, got {ns_dtype}; "
                            "e.g. task.optimizer.ns_dtype=float32")
         groups = [g if isinstance(g, dict) else {"params": [g]} for g in params]
+        muon_roles = MUON_ROLES if muon_experts else MUON_ROLES - {Role.EXPERT}
         muon_groups, adamw_groups = [], []
         for g in groups:
             rest = {k: v for k, v in g.items() if k != "params"}
             decays = rest.get("weight_decay", weight_decay) != 0.0
-            hidden = [p for p in g["params"] if roles[p] in MUON_ROLES]
-            others = [p for p in g["params"] if roles[p] not in MUON_ROLES]
+            hidden = [p for p in g["params"] if roles[p] in muon_roles]
+            others = [p for p in g["params"] if roles[p] not in muon_roles]
             # no empty groups: torch.distributed.checkpoint (FSDP2) maps a saved group to this one's by its params
             if hidden:
                 muon_groups.append({"params": hidden, "weight_decay": muon_weight_decay if decays else 0.0})
@@ -403,7 +436,8 @@ class MuonAdamW(Optimizer):
             raise LabError("task.optimizer: MuonAdamW found no hidden matrices (the matrices inside lab.nn Blocks) to "
                            "give Muon; drop +task/optimizer=muon so that AdamW trains this model")
         self.muon = BatchedMuon(muon_groups, lr=muon_lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-                                adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay, ns_dtype=NS_DTYPES[ns_dtype])
+                                adjust_lr_fn=adjust_lr_fn, weight_decay=muon_weight_decay, ns_dtype=NS_DTYPES[ns_dtype],
+                                bucket_mb=muon_bucket_mb)
         self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                        fused=fused)
         # the inner optimizers' own group dicts: a schedule that scales self.param_groups scales theirs
@@ -414,9 +448,13 @@ class MuonAdamW(Optimizer):
             return (sum(len(g["params"]) for g in groups), sum(p.numel() for g in groups for p in g["params"]),
                     "/".join(f"{g['weight_decay']:g}" for g in groups))
 
-        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices and expert stacks (%d params; weight decay %s); AdamW "
-                 "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)",
-                 muon_lr, momentum, *split(self.muon.param_groups), lr, *split(self.adamw.param_groups))
+        log.info("optimizer: Muon (lr %g, momentum %g) on %d hidden matrices%s (%d params; weight decay %s); AdamW "
+                 "(lr %g) on %d embedding/head/norm/bias tensors (%d params; weight decay %s)", muon_lr, momentum,
+                 split(self.muon.param_groups)[0], " and expert stacks" if muon_experts else "",
+                 *split(self.muon.param_groups)[1:], lr, *split(self.adamw.param_groups))
+        if experts := [p for g in adamw_groups for p in g["params"] if roles[p] is Role.EXPERT]:
+            log.info("optimizer: the %d expert stacks (%d params) train with AdamW, not Muon (task.optimizer.muon_experts=false)",
+                     len(experts), sum(p.numel() for p in experts))
 
     def _share(self) -> None:
         """Point the inner optimizers at this one's groups and state (after construction and after a load)."""

@@ -107,6 +107,40 @@ def test_any_task_takes_the_muon_choice_and_keeps_its_adamw_settings(compose, ta
     assert opt.adamw.param_groups[0]["betas"] == tuple(cfg.task.optimizer.betas)
 
 
+def test_muon_experts_false_gives_the_expert_stacks_to_adamw_as_the_task_configures_it(compose, caplog):
+    """task.optimizer.muon_experts=false (the MoE ablation's AdamW side): the experts' stacks leave Muon for AdamW's
+    decayed group, and their step is torch.optim.AdamW's with the task's lr and weight decay; the router stays in
+    Muon. Catches the switch being ignored (experts still orthogonalised) or dropping the router with the experts."""
+    cfg = compose(["task=language_model", "+task/optimizer=muon", "task.optimizer.muon_experts=false",
+                   "task.optimizer.weight_decay=0.1"])
+    torch.manual_seed(0)
+    model = GPT(11, tie_embeddings=False, moe=dict(num_experts=4, top_k=2, every_n=2), **TINY)
+    names = {id(p): n for n, p in model.named_parameters()}
+    with caplog.at_level(logging.INFO, logger="lab"):
+        opt = instantiate(cfg.task.optimizer)(*task_groups(model))
+    experts = [f"decoder.layers.1.ffn.experts.{w}" for w in ("w_in", "w_out")]
+    muon = {names[id(p)] for g in opt.muon.param_groups for p in g["params"]}
+    assert "decoder.layers.1.ffn.router.weight" in muon and not muon & set(experts)
+    (decayed,) = [g for g in opt.adamw.param_groups if g["weight_decay"] == 0.1]
+    assert set(experts) <= {names[id(p)] for p in decayed["params"]}
+    assert any("2 expert stacks" in r.getMessage() and "muon_experts=false" in r.getMessage() for r in caplog.records)
+    stacks = [p for p in model.parameters() if names[id(p)] in experts]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in stacks]
+    ref_opt = torch.optim.AdamW(ref, lr=cfg.task.optimizer.lr, betas=tuple(cfg.task.optimizer.betas),
+                                eps=cfg.task.optimizer.eps, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        x = torch.randint(0, 11, (2, 8), generator=gen)
+        F.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+        for p, r in zip(stacks, ref, strict=True):
+            r.grad = p.grad.clone()
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        for p, r in zip(stacks, ref, strict=True):
+            torch.testing.assert_close(p.detach(), r.detach(), rtol=0, atol=1e-7)
+
+
 # ---- batched Newton-Schulz against torch.optim.Muon, one matrix at a time ----------------------------------------
 
 def float32_newton_schulz(grad, ns_coefficients, ns_steps, eps):
@@ -129,7 +163,7 @@ def per_matrix_muon(monkeypatch):
 
     def build(model, **kw):
         with monkeypatch.context() as m:
-            m.setattr(optim, "BatchedMuon", lambda *a, ns_dtype, **k: torch.optim.Muon(*a, **k))
+            m.setattr(optim, "BatchedMuon", lambda *a, ns_dtype, bucket_mb, **k: torch.optim.Muon(*a, **k))
             return MuonAdamW(*task_groups(model), **kw)
     return build
 
@@ -267,8 +301,9 @@ def test_muon_under_fsdp2_matches_one_process_and_resumes_from_its_sharded_check
 
 
 # Two gloo processes: FSDP2-sharded matrices (uneven rows, a 1-row one), expert stacks (one with a single expert), and
-# the same parameters unsharded, stepped with the same gradients. Prints, from rank 0, the process group's
-# collectives per step, the largest difference to the unsharded BatchedMuon, and the matrices each rank orthogonalised.
+# the same parameters unsharded, stepped with the same gradients, once with one bucket and once with buckets capped at
+# 76 bytes. Writes, from rank 0, for each: the process group's collectives per step, the largest difference to the
+# unsharded BatchedMuon, and the matrices each rank orthogonalised.
 DISTRIBUTED_MUON = """
 import copy, json, os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch.distributed.fsdp import fully_shard
@@ -278,15 +313,14 @@ from lab.tasks import optim
 
 SHAPES = [(6, 4), (4, 6), (5, 3), (1, 4), (6, 4), (3, 6, 4), (1, 6, 4)]
 
-def run(rank, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def trial(bucket_mb):
     torch.manual_seed(0)
     model = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(*s)) for s in SHAPES])
     reference = copy.deepcopy(model)
     fully_shard(model)
     settings = dict(lr=0.05, weight_decay=0.1, ns_dtype=torch.float32)
-    opt, ref_opt = optim.BatchedMuon(model.parameters(), **settings), optim.BatchedMuon(reference.parameters(), **settings)
+    opt = optim.BatchedMuon(model.parameters(), bucket_mb=bucket_mb, **settings)
+    ref_opt = optim.BatchedMuon(reference.parameters(), **settings)
     newton_schulz, done = optim.newton_schulz, []
     def counted(x, *args):
         done.append(x.size(0))
@@ -305,9 +339,15 @@ def run(rank, port, out):
     diff = max((p.full_tensor() - q).abs().max().item() for p, q in zip(model, reference))
     matrices = [None, None]
     dist.all_gather_object(matrices, sum(done))
+    return {"counts": counts, "diff": diff, "matrices": matrices}
+
+def run(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    results = [trial(bucket_mb) for bucket_mb in (None, 76 / 2**20)]
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"counts": counts, "diff": diff, "matrices": matrices}, f)
+            json.dump(results, f)
     dist.destroy_process_group()
 
 if __name__ == "__main__":
@@ -316,13 +356,16 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_step(tmp_path):
+def test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_per_bucket(tmp_path):
     """Under FSDP2 each matrix is orthogonalised once, by one rank: the ranks' Newton-Schulz matrices add up to the
     model's 9 (5 matrices, 3 + 1 experts) and each rank does part of them (every rank orthogonalising everything, or
     rank 0 owning all, fails); the process group sees two all-to-alls per step for the one bucket, not a collective
     per matrix (gathering each matrix whole: 7 all-gathers) nor per Newton-Schulz matmul; and the parameters after 3
     steps equal the unsharded BatchedMuon's (float32 Newton-Schulz: shards orthogonalised on their own, or rows
-    returned to the wrong rank, move them by O(lr))."""
+    returned to the wrong rank, move them by O(lr)). With buckets capped at 76 bytes, by hand: the sharded matrices
+    are 96, 96, 60, 16 and 96 bytes in float32, so the buckets are [96] [96] [60 16] [96], 8 all-to-alls per step;
+    the same parameters, and each rank owns the same matrices as with one bucket (owners planned bucket by bucket
+    would give rank 0 four of the five)."""
     import json
     import socket
     import subprocess
@@ -338,10 +381,23 @@ def test_distributed_muon_splits_the_matrices_over_ranks_with_two_collectives_pe
     out = subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(port), str(tmp_path / "out.json")],
                          capture_output=True, text=True, env=env, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads((tmp_path / "out.json").read_text())
-    assert result["counts"] == [{"c10d.alltoall_base_": 2}] * 3
-    assert sum(result["matrices"]) == 9 and min(result["matrices"]) >= 3, result["matrices"]
-    assert result["diff"] < 1e-6
+    one, capped = json.loads((tmp_path / "out.json").read_text())
+    assert one["counts"] == [{"c10d.alltoall_base_": 2}] * 3
+    assert capped["counts"] == [{"c10d.alltoall_base_": 8}] * 3
+    assert sum(one["matrices"]) == 9 and min(one["matrices"]) >= 3, one["matrices"]
+    assert capped["matrices"] == one["matrices"]
+    assert one["diff"] < 1e-6 and capped["diff"] < 1e-6
+
+
+def test_buckets_hold_whole_matrices_up_to_the_cap_in_parameter_order():
+    """By hand: a run that reaches the cap exactly stays one bucket, one byte more starts the next, a matrix over the
+    cap is a bucket alone, no cap is one bucket; MuonAdamW's muon_bucket_mb reaches BatchedMuon in MiB."""
+    assert optim.buckets([96, 96, 60, 16, 96], 76) == [[0], [1], [2, 3], [4]]
+    assert optim.buckets([96, 96, 60, 16, 96], 75) == [[0], [1], [2], [3], [4]]
+    assert optim.buckets([10, 200, 10, 10], 100) == [[0], [1], [2, 3]]
+    assert optim.buckets([96, 96, 60], None) == [[0, 1, 2]]
+    w, bias = torch.nn.Parameter(torch.zeros(3, 3)), torch.nn.Parameter(torch.zeros(3))
+    assert MuonAdamW([w, bias], {w: Role.HIDDEN, bias: Role.VECTOR}, muon_bucket_mb=0.5).muon.bucket_bytes == 2**19
 
 
 def test_fused_reaches_the_adamw_part_and_steps_as_the_unfused_one():
