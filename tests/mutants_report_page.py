@@ -4,6 +4,7 @@ from __future__ import annotations
 
 T = "tests/report/test_report_page.py::"
 MARKER = T + "test_the_compared_step_marker_stays_inside_the_data"
+AXES = T + "test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut"
 LABELS = T + "test_cost_chart_labels_run_toward_the_middle_so_none_is_cut_at_the_edge"
 CLIP = T + "test_huge_values_before_a_nan_do_not_flatten_the_healthy_curves"
 RECORDS = T + "test_the_runs_table_data_is_every_run_in_the_tables_order_with_its_whole_config_and_curves"
@@ -16,8 +17,11 @@ MUTANTS = [
     ("lab.report page: the compared-step label is an annotation again", "lab/report/charts.py",
      'label=dict(text=f"compared at step {budget:,.0f}", textposition="end", font=dict(size=10)))',
      'annotation_text=f"compared at step {budget:,.0f}")', [MARKER]),
+    ("lab.report page: the compared-step line on a curve that ends before it", "lab/report/charts.py",
+     "min(x[0] for x in logged) <= budget < max(x[-1] for x in logged)",
+     "budget < max(r.last_step for v in variants for r in v.runs)", [MARKER, AXES]),
     ("lab.report page: the outermost cost labels are centred", "lab/report/charts.py",
-     '"top right" if x < mid else "top left" if x > mid else "top center"', '"top center"', [LABELS]),
+     '"top right" if x < mid else "top left" if x > mid else "top center"', '"top center"', [LABELS, AXES]),
     ("lab.report page: the y-range clips a diverged run that stays in range", "lab/report/charts.py",
      "    if not out:\n        return\n    reach", "    out = out or list(wild)\n    reach", [CLIP]),
     ("lab.report page: the clipped range is everyone's", "lab/report/charts.py",

@@ -131,10 +131,12 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                                              meta=dict(kind="seed", smooth=smooth,
                                                        x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
         budget = variants[0].budget.step if variants else None
-        last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
-        if budget is not None and last_steps and max(last_steps) > budget:
-            # the shape's own label, not an annotation: plotly widens the x-axis to fit an annotation's text, and
-            # the label beside a line near the last step stretched the axis far past the data
+        # only where this metric's own curves go past the compared step: a metric logged up to step 100 of runs
+        # compared at step 300 had the line, and its axis, stretched to 300 (each run's last step of any column
+        # was the test)
+        logged = [xs for v in variants for r in v.runs if (xs := finite_series(r, column)[0])]
+        if budget is not None and logged and min(x[0] for x in logged) <= budget < max(x[-1] for x in logged):
+            # the line's own label (it moves with the line when the page changes the x-axis)
             fig.add_vline(x=budget, line=dict(dash="dot", color="#888"),
                           label=dict(text=f"compared at step {budget:,.0f}", textposition="end", font=dict(size=10)))
             # where that step lies on the other x-axes (the page moves the line when the axis changes)

@@ -35,19 +35,31 @@ def _xs(fig) -> list[float]:
     return [x for t in fig.data for x in t.x]
 
 
-def test_the_compared_step_marker_stays_inside_the_data(tmp_path):
-    """The marker's label was an annotation to the right of the line: plotly widens the x-axis to fit an
-    annotation's text, so the axis ran far past the last step. Now the line carries its own label and every
-    object placed on the x-axis lies within the data."""
+def _marker_runs(root):
+    """learned x 2 seeds to step 400, rotary running at step 300; every run logs train/aux up to step 100 only."""
     for job, seed in enumerate((1, 2)):
-        _curve_run(tmp_path / str(job), "learned", seed, 400, 0.003)
-    _curve_run(tmp_path / "2", "rotary", 1, 300, 0.003, status={"state": "running"})
-    report = collect([tmp_path])
-    (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "val/loss"]
-    assert fig.layout.annotations == ()  # nothing plotly would widen the axis for
-    (line,) = fig.layout.shapes
-    assert line.label.text == "compared at step 300" and line.x0 == line.x1 == 300
-    assert min(_xs(fig)) <= line.x0 <= max(_xs(fig))
+        _curve_run(root / str(job), "learned", seed, 400, 0.003)
+    _curve_run(root / "2", "rotary_with_a_long_name", 1, 300, 0.003, status={"state": "running"})
+    for job in range(3):
+        metrics = root / str(job) / "csv" / "metrics.csv"
+        lines = metrics.read_text().splitlines()
+        metrics.write_text("\n".join([lines[0] + ",train/aux", *(line + (",1.0" if int(line.split(",")[0]) <= 100 else ",")
+                                                                 for line in lines[1:])]) + "\n")
+    return root
+
+
+def test_the_compared_step_marker_stays_inside_the_data(tmp_path):
+    """A metric logged up to step 100 of runs compared at step 300 got the "compared at step 300" line, which
+    stretched its x-axis to three times its data (the test was each run's last step of any column). Now the
+    line is drawn only inside a curve's own steps, carrying its own label (no annotation beside it)."""
+    report = collect([_marker_runs(tmp_path)])
+    charts = dict(dict(report.sections)["Curves"])
+    assert report.budget.step == 300 and max(_xs(charts["train/aux"])) == 100
+    assert charts["train/aux"].layout.shapes == ()
+    (line,) = charts["val/loss"].layout.shapes
+    assert line.label.text == "compared at step 300" and line.x0 == line.x1 == 300 and charts["val/loss"].layout.annotations == ()
+    for fig in charts.values():  # whatever is placed on an x-axis lies within that chart's data
+        assert all(min(_xs(fig)) <= s.x0 <= max(_xs(fig)) for s in fig.layout.shapes)
 
 
 def test_cost_chart_labels_run_toward_the_middle_so_none_is_cut_at_the_edge(tmp_path):
@@ -90,6 +102,29 @@ def test_huge_values_before_a_nan_do_not_flatten_the_healthy_curves(tmp_path):
     # a diverged run that stays within the healthy range leaves the axis to plotly
     (fig,) = [f for t, f in dict(collect([_diverging_sweep(tmp_path / "mild")]).sections)["Curves"] if t == "train/loss"]
     assert fig.layout.yaxis.range is None and fig.layout.title.text == "train/loss"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut(tmp_path):
+    """As drawn: each curve chart's x-axis ends within plotly's padding of its last step (train/aux's ran to the
+    compared step, 3x its data), and every cost-chart label lies inside its chart."""
+    from lab.report import html
+
+    _marker_runs(tmp_path)
+    probe = ("<script>setTimeout(()=>{const cut=[],ranges={};document.querySelectorAll('.chart').forEach(d=>{"
+             "const svg=d.querySelector('.main-svg').getBoundingClientRect();d.querySelectorAll('.textpoint text').forEach(t=>{"
+             "const r=t.getBoundingClientRect();if(r.left<svg.left-1||r.right>svg.right+1)cut.push(t.textContent)});"
+             "const xs=d.data.flatMap(t=>Array.from(t.x||[]));"
+             "if(d.classList.contains('curve'))ranges[d.title]=[d.layout.xaxis.range[1],Math.min(...xs),Math.max(...xs)]});"
+             "document.body.dataset.cut=JSON.stringify(cut);document.body.dataset.ranges=JSON.stringify(ranges)},3000)</script>")
+    page = tmp_path / "report.html"
+    page.write_text(html.render(collect([tmp_path])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), tmp_path / "p")
+    _rendered(dom)
+    assert json.loads(html_unescape(re.search(r'data-cut="([^"]*)"', dom).group(1))) == []
+    ranges = json.loads(html_unescape(re.search(r'data-ranges="([^"]*)"', dom).group(1)))
+    assert set(ranges) >= {"val/loss", "train/loss", "train/aux"}
+    assert all(end <= last + 0.1 * (last - first) for end, first, last in ranges.values()), ranges
 
 
 # ---------------------------------------------------------------------------------------------- runs table (item 6)
