@@ -1,5 +1,5 @@
 """python -m lab.report <multirun dir | run dirs | globs> [--baseline V] [--metric M] [--budget common|finished]
-[--value final|best] [--scaling auto|on|off] [--out DIR] [--watch] [--transfer]"""
+[--value final|best] [--scaling auto|on|off] [--out DIR] [--watch] [--serve [PORT]] [--transfer]"""
 from __future__ import annotations
 
 import argparse
@@ -21,17 +21,23 @@ def check_writable(out: Path, force: bool) -> None:
             raise LabError(f"{f} exists and was not written by lab.report; pass --out <another dir>, or --force to replace it")
 
 
-def render(args) -> Path:
+def out_dir(args) -> Path:
+    """--out, else the single directory given, else the cwd."""
+    return args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
+
+
+def render(args, served: bool = False) -> Path:
+    """served: the page reloads itself when the report changes (--serve)."""
     from lab.report import collect, html, markdown  # noqa: PLC0415 - plotly and scipy load after parsing
 
     t0 = time.perf_counter()
     report = collect(args.paths, args.metric, args.baseline, args.budget, args.value, tuple(args.ignore),
                      scaling_view=args.scaling, label=args.label)
-    out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
+    out = out_dir(args)
     out.mkdir(parents=True, exist_ok=True)
     check_writable(out, args.force)
     live = args.watch and any(r.status == "running" for r in report.runs)
-    (out / "report.html").write_text(html.render(report, live=live))
+    (out / "report.html").write_text(html.render(report, live=live, served=served))
     (out / "report.md").write_text(markdown.render(report))
     states = {}
     for r in report.runs:
@@ -91,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="directory for report.html and report.md (default: the single directory given, else cwd)")
     parser.add_argument("--force", action="store_true", help="replace report files in --out that lab.report did not write")
     parser.add_argument("--watch", action="store_true", help="re-render whenever a run writes (Ctrl-C stops)")
+    parser.add_argument("--serve", type=int, nargs="?", const=8000, default=None, metavar="PORT",
+                        help="serve the report on http://127.0.0.1:PORT/report.html (default 8000; 0: any free port) "
+                             "and re-render as runs write, like --watch; the open page reloads itself when it changed")
     parser.add_argument("--wandb", choices=("auto", "on", "off"), default="auto",
                         help="log the tables to W&B under the sweep's group: auto = when the runs logged to W&B")
     parser.add_argument("--transfer", action="store_true", help="instead: loss against log2(lr), a curve per width, sp "
@@ -99,10 +108,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.transfer:
         from lab.report.transfer import render as transfer  # noqa: PLC0415
 
-        out = args.out or (args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else Path.cwd())
-        print("wrote", *transfer(args.paths, out, args.metric or "val/loss"), file=sys.stderr)
+        print("wrote", *transfer(args.paths, out_dir(args), args.metric or "val/loss"), file=sys.stderr)
         return
-    render(args)
+    server = None
+    if args.serve is not None:
+        from lab.report import serve  # noqa: PLC0415
+
+        server = serve.bind(out_dir(args), args.serve)  # a port in use: one line, nothing written
+        args.watch = True
+    render(args, served=server is not None)
+    if server is not None:
+        print(f"serving {serve.start(server)} (re-rendered as runs write; Ctrl-C stops)", file=sys.stderr, flush=True)
     if args.watch:
         seen = _signature(args.paths)
         try:
@@ -111,9 +127,13 @@ def main(argv: list[str] | None = None) -> None:
                 now = _signature(args.paths)
                 if now != seen:
                     seen = now
-                    render(args)
+                    render(args, served=server is not None)
         except KeyboardInterrupt:
             pass
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
 
 
 if __name__ == "__main__":

@@ -131,16 +131,45 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                                              meta=dict(kind="seed", smooth=smooth,
                                                        x={a: x for a in X_AXES if (x := x_at(r, a, xs)) is not None})))
         budget = variants[0].budget.step if variants else None
-        last_steps = {r.last_step for v in variants for r in v.runs if r.series(column)[1]}
-        if budget is not None and last_steps and max(last_steps) > budget:
-            fig.add_vline(x=budget, line=dict(dash="dot", color="#888"), annotation_text=f"compared at step {budget:,.0f}",
-                          annotation_font_size=10)
+        # only where this metric's own curves go past the compared step: a metric logged up to step 100 of runs
+        # compared at step 300 had the line, and its axis, stretched to 300 (each run's last step of any column
+        # was the test)
+        logged = [xs for v in variants for r in v.runs if (xs := finite_series(r, column)[0])]
+        if budget is not None and logged and min(x[0] for x in logged) <= budget < max(x[-1] for x in logged):
+            # the line's own label (it moves with the line when the page changes the x-axis)
+            fig.add_vline(x=budget, line=dict(dash="dot", color="#888"),
+                          label=dict(text=f"compared at step {budget:,.0f}", textposition="end", font=dict(size=10)))
             # where that step lies on the other x-axes (the page moves the line when the axis changes)
             at = {axis: sum(x) / len(x) for axis in X_AXES
                   if (x := [p[0] for r in (r for v in variants for r in v.runs) if (p := x_at(r, axis, [budget]))])}
             fig.update_layout(meta=dict(budget_x={"step": budget, **at}))
-        out.append((column, _layout(fig, column, "step", column)))
+        fig = _layout(fig, column, "step", column)
+        clip_to_healthy(fig, [r for v in variants for r in v.runs], column)
+        out.append((column, fig))
     return out
+
+
+# A diverged run's finite values before its NaN are clipped off the y-axis when they leave the other runs' range
+# by more than this share of it: huge losses flattened the healthy curves at the bottom of a linear axis.
+CLIP_MARGIN = 0.5
+
+
+def clip_to_healthy(fig: go.Figure, runs, column: str) -> None:
+    """The y-range of the runs that did not diverge (5% padding), and the title says what is off the chart,
+    when some diverged run's values go beyond it by more than CLIP_MARGIN of its span."""
+    healthy = [y for r in runs if r.diverged_at is None for y in finite_series(r, column)[1]]
+    wild = {r.name: ys for r in runs if r.diverged_at is not None and (ys := finite_series(r, column)[1])}
+    if not healthy or not wild:
+        return
+    lo, hi = min(healthy), max(healthy)
+    span = (hi - lo) or abs(hi) or 1.0
+    out = [n for n, ys in wild.items() if max(ys) > hi + CLIP_MARGIN * span or min(ys) < lo - CLIP_MARGIN * span]
+    if not out:
+        return
+    reach = max((y for n in out for y in wild[n]), key=lambda y: abs(y - (lo + hi) / 2))
+    fig.update_yaxes(range=[lo - 0.05 * span, hi + 0.05 * span])
+    fig.update_layout(title_text=f"{fig.layout.title.text}<br><sup>y-axis clipped to the runs that did not diverge: "
+                                 f"{len(out)} diverged run(s) reach {reach:.3g}</sup>")  # a second, smaller line
 
 
 def _axis_values(values: list) -> tuple[list, bool]:
@@ -203,6 +232,13 @@ def sweep_view(variants: list[Variant], keys: list[str], metric: str) -> list[tu
     return out
 
 
+def label_sides(xs: list[float]) -> list[str]:
+    """Each point's label runs toward the middle of the x-range ("top right" left of it, "top left" right of it):
+    labels centred on the outermost points were cut at the chart's edge."""
+    mid = (min(xs) + max(xs)) / 2
+    return ["top right" if x < mid else "top left" if x > mid else "top center" for x in xs]
+
+
 def cost_scatter(variants: list[Variant], metric: str, costs: tuple, concurrent: bool) -> list[tuple[str, go.Figure]]:
     """Quality against cost: the metric (mean ± std) against the machine-independent cost (training FLOPs, else
     tokens seen: `costs`), against active parameters, and against tokens/s, with the Pareto front (no other
@@ -226,7 +262,7 @@ def cost_scatter(variants: list[Variant], metric: str, costs: tuple, concurrent:
             continue
         load = cost == "tokens/s" and concurrent
         fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers+text", text=names,
-                                   textposition="top center", cliponaxis=False, error_y=dict(type="data", array=errors, visible=True),
+                                   textposition=label_sides([p[0] for p in points]), cliponaxis=False, error_y=dict(type="data", array=errors, visible=True),
                                    marker=dict(size=10, color=colors), name="variants",
                                    hovertemplate="%{text}: %{y:.4g} at %{x:,.0f}"))
         if direction is not None and not load:

@@ -15,10 +15,12 @@ GENERATOR = '<meta name="generator" content="lab.report">'
 CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.35em}h2{font-size:1.12em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}tr.best td{background:#e3f4e1;font-weight:600}
-.charts{display:flex;flex-wrap:wrap;gap:8px}.chart{width:560px;border:1px solid #ddd}.note{color:#555;font-size:13px}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:8px}.chart{min-width:0;border:1px solid #ddd}.note{color:#555;font-size:13px}
 #js-errors{color:#b00}.controls{position:sticky;top:0;background:#fff;padding:4px 0;font-size:13px;z-index:5}
 .examples{display:flex;gap:8px;flex-wrap:wrap}.example{width:420px;border:1px solid #ddd;padding:4px 8px;font-size:12px}
-.example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}"""
+.example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}
+tr.group td{background:#f6f6f6;font-weight:600;text-align:left}table.runs tbody tr:hover td{background:#eef4fb}
+#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}"""
 
 # Collect script errors into the page and count charts drawn, before any chart code runs.
 PROBE = """<script>window.labErrors=[];window.addEventListener('error',e=>{window.labErrors.push(String(e.message));
@@ -51,8 +53,8 @@ else if(raw.hid){v=true;raw.hid=false}else v=t.visible===undefined?true:t.visibl
 if(idx.length){Plotly.restyle(div,{x:xs,y:ys,visible:vis},idx);
 const sel=document.getElementById('xaxis'),lay={'xaxis.title.text':sel.options[sel.selectedIndex].text.trim()},
 b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?null:b[axis];
-lay['shapes[0].visible']=lay['annotations[0].visible']=x!==null;if(x!==null){lay['shapes[0].x0']=lay['shapes[0].x1']=x;
-lay['annotations[0].x']=x}}Plotly.relayout(div,lay)}});
+lay['shapes[0].visible']=x!==null;if(x!==null)lay['shapes[0].x0']=lay['shapes[0].x1']=x}
+Plotly.relayout(div,lay)}});
 document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0);
 history.replaceState(null,'','#x='+axis+'&smooth='+w+'&seeds='+(seeds?1:0))}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
@@ -113,21 +115,35 @@ def examples(report: Report) -> list[str]:
 LIVE_RELOAD_S = 5
 
 
-def render(report: Report, live: bool = False) -> str:
-    """live: the page reloads every LIVE_RELOAD_S seconds (--watch while some run is still running)."""
+# Served by `lab.report --serve`: the page asks the server every SERVE_POLL_S seconds for the report's version
+# (serve.VERSION_PATH) and reloads itself when it changed; opened from a file, the request fails and nothing happens.
+SERVE_POLL_S = 2
+SERVE_POLL = ("<script>(()=>{let seen=null;setInterval(()=>fetch('{path}',{cache:'no-store'}).then(r=>r.ok?r.text():null)"
+              ".then(v=>{if(v===null)return;if(seen!==null&&v!==seen)location.reload();seen=v}).catch(()=>{}),{ms})})()</script>")
+
+
+def render(report: Report, live: bool = False, served: bool = False) -> str:
+    """live: the page reloads every LIVE_RELOAD_S seconds (--watch while some run is still running); served:
+    it reloads when the report changes (--serve)."""
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
+
+    from lab.report import runs_view  # noqa: PLC0415
+    from lab.report.serve import VERSION_PATH  # noqa: PLC0415
 
     title = html.escape(report.title)
     by_name = {t.name: t for t in report.tables}
     n_charts = sum(len(charts) for _, charts in report.sections)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
-        f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live else "",
+        f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live and not served else "",
+        SERVE_POLL.replace("{path}", VERSION_PATH).replace("{ms}", str(SERVE_POLL_S * 1000)) if served else "",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),
         f'<p class="note live">Live: lab.report --watch re-renders as runs write; this page reloads every '
-        f'{LIVE_RELOAD_S} s until every run has ended.</p>' if live else "",
+        f'{LIVE_RELOAD_S} s until every run has ended.</p>' if live and not served else "",
+        '<p class="note live">Live: served by lab.report --serve, which re-renders as runs write; this page reloads '
+        'itself when the report changed.</p>' if served else "",
         "<h2>Summary</h2>", table(by_name["summary"]),
     ]
     i = 0
@@ -143,7 +159,9 @@ def render(report: Report, live: bool = False) -> str:
     parts += [f"<h2>{html.escape(t.name)}</h2>{table(t)}" for t in report.scaling_tables]
     parts += examples(report)
     parts += ["<h2>Every metric at the compared step (mean ± std over seeds)</h2>", table(by_name["metrics"]),
-              "<h2>Runs</h2>", table(by_name["runs"])]
+              "<h2>Runs</h2>"]
+    above, below = runs_view.render(report)
+    parts += [above, table(by_name["runs"]), below]
     if by_name["config"].rows:  # collapsed: two presets differ in dozens of keys
         parts += [f"<details><summary><h2 style='display:inline'>Config difference ({len(by_name['config'].rows)} keys)"
                   "</h2></summary>", table(by_name["config"]), "</details>"]

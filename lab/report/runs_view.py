@@ -1,0 +1,122 @@
+"""The page's runs table made navigable, in the page itself (no server, no library beyond plotly): filter by
+config values or text, sort and group by any config key or column, and a drill-down per run (its status and
+attempts, its whole config, each of its curves, its last examples). The data is one JSON object per run, in the
+order of the runs table's rows; the script below works on the table the page already shows."""
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from lab.report.tables import curve_columns
+from lab.report.variants import X_AXES, metric_columns
+
+if TYPE_CHECKING:
+    from lab.report import Report
+
+# A run's examples shown in its drill-down: its last ones (every example is in its train.log).
+EXAMPLES_SHOWN = 3
+
+
+def _json_value(v):
+    """Config values and curve points as JSON: non-finite floats become null (a NaN step of a diverged run)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def _when(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else None
+
+
+def records(report: Report) -> dict:
+    """{"keys": every config key, those that differ between runs first, "differing": those, "runs": one dict per
+    runs-table row}: a run's name, variant, seed, state, attempts, last step, host and times, overrides, whole
+    config, curves ({column: [steps, values]}) and last examples."""
+    runs = [(v, r) for v in report.variants for r in v.runs]  # the runs table's row order
+    columns = [c for c in curve_columns(report.runs, metric_columns(report.runs)) if c not in X_AXES.values()]
+    keys = sorted({k for _, r in runs for k in r.config})
+    differing = [k for k in keys if len({json.dumps(_json_value(r.config.get(k))) for _, r in runs}) > 1]
+    out = []
+    for v, r in runs:
+        curves = {}
+        for c in columns:
+            steps, values = r.series(c)
+            if steps:
+                curves[c] = [steps, [_json_value(y) for y in values]]
+        out.append(dict(name=r.name, variant=v.label, seed=v.seed_label(r), state=r.state, status=r.status,
+                        attempts=r.attempts, last_step=r.last_step, host=r.host, started=_when(r.started),
+                        ended=_when(r.ended), path=str(r.path), overrides=r.overrides,
+                        config={k: _json_value(r.config[k]) for k in sorted(r.config)}, curves=curves,
+                        examples=[list(e) for e in r.examples[-EXAMPLES_SHOWN:]]))
+    return dict(keys=differing + [k for k in keys if k not in differing], differing=differing, runs=out,
+                metric=report.metric)
+
+
+CONTROLS = """<div class="runs-controls note">filter <input id="runs-filter" size="40" oninput="labRunsView()"
+placeholder="lr=0.001 seed!=1 n_layers>2 or any text"> sort by <select id="runs-sort" onchange="labRunsView()"></select>
+<select id="runs-order" onchange="labRunsView()"><option value="1">ascending</option><option value="-1">descending</option>
+</select> group by <select id="runs-group" onchange="labRunsView()"><option value="">nothing</option></select>
+<span id="runs-shown"></span> (click a run for its record)</div>"""
+
+# Terms of the filter: `key=value`, `key!=value`, `key<number`, `key>number` (key: a config key, its last part,
+# or a column's header), else text any of the row's cells or config values contains. Sorting and grouping take
+# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column.
+SCRIPT = """<script>
+(()=>{const D=LABRUNS,table=document.querySelector('table.runs');if(!table)return;const body=table.tBodies[0],
+rows=[...body.rows],heads=[...table.tHead.rows[0].cells].map(c=>c.textContent),extra=document.createElement('th');
+table.tHead.rows[0].appendChild(extra);rows.forEach((tr,i)=>{tr.dataset.run=i;tr.style.cursor='pointer';
+tr.appendChild(document.createElement('td')).className='key-value';tr.onclick=()=>labRunDetail(i)});
+const opt=(sel,v,t)=>{const o=document.createElement('option');o.value=v;o.textContent=t;sel.appendChild(o)};
+const sort=document.getElementById('runs-sort'),group=document.getElementById('runs-group');
+opt(sort,'','table order');heads.forEach((h,j)=>opt(sort,'col:'+j,h));[1,3].forEach(j=>opt(group,'col:'+j,heads[j]));
+D.keys.forEach(k=>{opt(sort,k,k);opt(group,k,k)});
+function val(i,key){if(key.startsWith('col:')){const c=rows[i].cells[+key.slice(4)];
+return c.dataset.value!==undefined?+c.dataset.value:c.textContent}const v=D.runs[i].config[key];return v===undefined?null:v}
+function keyOf(k){if(D.keys.includes(k))return k;const j=heads.indexOf(k);if(j>=0)return 'col:'+j;
+return D.keys.find(x=>x.endsWith('.'+k))||null}
+function test(i,term){const m=term.match(/^([^=<>!]+)(!=|=|<|>)(.*)$/);if(m){const key=keyOf(m[1]);if(key===null)return false;
+const v=val(i,key),num=+m[3],isNum=m[3]!==''&&!isNaN(num)&&typeof v==='number';
+if(m[2]==='<')return isNum&&v<num;if(m[2]==='>')return isNum&&v>num;const eq=isNum?v===num:String(v)===m[3];
+return m[2]==='='?eq:!eq}const t=term.toLowerCase();return rows[i].textContent.toLowerCase().includes(t)||
+Object.entries(D.runs[i].config).some(([k,v])=>(k+'='+v).toLowerCase().includes(t))}
+function cmp(a,b){if(a===b)return 0;if(a===null)return 1;if(b===null)return -1;
+return typeof a==='number'&&typeof b==='number'?a-b:String(a).localeCompare(String(b),undefined,{numeric:true})}
+window.labRunsFilter=(text)=>rows.map((_,i)=>i).filter(i=>text.split(/\\s+/).filter(Boolean).every(t=>test(i,t)));
+window.labRunsView=()=>{const f=document.getElementById('runs-filter').value,s=sort.value,g=group.value,
+dir=+document.getElementById('runs-order').value;const shown=labRunsFilter(f);
+shown.sort((a,b)=>(g?cmp(val(a,g),val(b,g)):0)||(s?dir*cmp(val(a,s),val(b,s)):0)||a-b);
+body.querySelectorAll('tr.group').forEach(r=>r.remove());rows.forEach(r=>r.hidden=true);
+const shownKey=s&&!s.startsWith('col:')?s:g&&!g.startsWith('col:')?g:'';extra.textContent=shownKey;let last;
+shown.forEach(i=>{const r=rows[i];if(g){const v=val(i,g);if(last===undefined||cmp(v,last)){last=v;const n=shown.filter(j=>!cmp(val(j,g),v)).length,
+h=body.insertRow(-1);h.className='group';const c=h.insertCell();c.colSpan=heads.length+1;
+c.textContent=(g.startsWith('col:')?heads[+g.slice(4)]:g)+' = '+v+' ('+n+' run'+(n>1?'s':'')+')'}}
+r.cells[heads.length].textContent=shownKey?String(val(i,shownKey)):'';r.hidden=false;body.appendChild(r)});
+document.getElementById('runs-shown').textContent=shown.length+' of '+rows.length+' runs shown';
+window.labRunsOrder=shown.map(i=>D.runs[i].name)};
+const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'})[c]);
+window.labRunDetail=(i)=>{const r=D.runs[i],d=document.getElementById('run-detail'),cols=Object.keys(r.curves);
+const facts=[['variant',r.variant],['seed',r.seed],['state',r.state],['attempts',r.attempts+(r.attempts>1?' (resumed)':'')],
+['last step',r.last_step],['host',r.host],['started',r.started],['ended',r.ended],['directory',r.path],
+['overrides',r.overrides.join(' ')]].filter(f=>f[1]!==null&&f[1]!=='');
+d.innerHTML='<h3>Run '+esc(r.name)+'</h3><table class="run-facts">'+facts.map(f=>'<tr><td>'+esc(f[0])+'</td><td>'+esc(f[1])+
+'</td></tr>').join('')+'</table>'+(cols.length?'curve <select id="run-curve">'+cols.map(c=>'<option'+(c===D.metric?' selected':'')+
+'>'+esc(c)+'</option>').join('')+'</select><div id="run-curve-plot" class="chart"></div>':'')+
+r.examples.map(e=>'<div class="example"><b>'+esc(e[0])+', step '+esc(e[1])+'</b><pre>'+esc(e[2])+'</pre></div>').join('')+
+'<details open><summary>config ('+Object.keys(r.config).length+' keys)</summary><table class="run-config">'+
+Object.entries(r.config).map(([k,v])=>'<tr'+(D.differing.includes(k)?' class="differs"':'')+'><td>'+esc(k)+'</td><td>'+esc(v)+
+'</td></tr>').join('')+'</table></details>';d.dataset.run=r.name;
+const draw=()=>{const c=document.getElementById('run-curve').value,[x,y]=r.curves[c];Plotly.newPlot('run-curve-plot',
+[{x:x,y:y,mode:x.length<30?'lines+markers':'lines',name:c}],{title:{text:r.name+': '+c,font:{size:13}},height:300,
+template:'plotly_white',margin:{l:55,r:10,t:40,b:40},xaxis:{title:{text:'step'}}},{responsive:true,displaylogo:false})};
+if(cols.length){document.getElementById('run-curve').onchange=draw;draw()}d.scrollIntoView()};
+labRunsView()})();</script>"""
+
+
+def render(report: Report) -> tuple[str, str]:
+    """(the controls above the runs table, the detail box and script below it)."""
+    data = json.dumps(records(report), separators=(",", ":")).replace("</", "<\\/")
+    return CONTROLS, '<div id="run-detail"></div>' + SCRIPT.replace("LABRUNS", data, 1)

@@ -1,0 +1,44 @@
+"""One-line bugs in lab.report's page (layout, the runs table's data and script, --serve) that
+tests/report/test_report_page.py must kill, for the mutation script (tests/mutants.py)."""
+from __future__ import annotations
+
+T = "tests/report/test_report_page.py::"
+MARKER = T + "test_the_compared_step_marker_stays_inside_the_data"
+AXES = T + "test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut"
+LABELS = T + "test_cost_chart_labels_run_toward_the_middle_so_none_is_cut_at_the_edge"
+CLIP = T + "test_huge_values_before_a_nan_do_not_flatten_the_healthy_curves"
+RECORDS = T + "test_the_runs_table_data_is_every_run_in_the_tables_order_with_its_whole_config_and_curves"
+NAN = T + "test_a_diverged_runs_record_has_null_where_its_loss_was_nan"
+BROWSER = T + "test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_record"
+SERVE = T + "test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_writes"
+BUSY = T + "test_serve_refuses_a_port_in_use_in_one_line_and_writes_nothing"
+
+MUTANTS = [
+    ("lab.report page: the compared-step label is an annotation again", "lab/report/charts.py",
+     'label=dict(text=f"compared at step {budget:,.0f}", textposition="end", font=dict(size=10)))',
+     'annotation_text=f"compared at step {budget:,.0f}")', [MARKER]),
+    ("lab.report page: the compared-step line on a curve that ends before it", "lab/report/charts.py",
+     "min(x[0] for x in logged) <= budget < max(x[-1] for x in logged)",
+     "budget < max(r.last_step for v in variants for r in v.runs)", [MARKER, AXES]),
+    ("lab.report page: the outermost cost labels are centred", "lab/report/charts.py",
+     '"top right" if x < mid else "top left" if x > mid else "top center"', '"top center"', [LABELS, AXES]),
+    ("lab.report page: the y-range clips a diverged run that stays in range", "lab/report/charts.py",
+     "    if not out:\n        return\n    reach", "    out = out or list(wild)\n    reach", [CLIP]),
+    ("lab.report page: the clipped range is everyone's", "lab/report/charts.py",
+     "healthy = [y for r in runs if r.diverged_at is None for y", "healthy = [y for r in runs for y", [CLIP]),
+    ("lab.report page: runs' records in another order than the table's rows", "lab/report/runs_view.py",
+     "runs = [(v, r) for v in report.variants for r in v.runs]", "runs = [(v, r) for v in report.variants[::-1] for r in v.runs]",
+     [RECORDS]),
+    ("lab.report page: a NaN point is written as NaN", "lab/report/runs_view.py",
+     "if isinstance(v, float) and not math.isfinite(v):", "if False:", [NAN]),
+    ("lab.report page: the filter's != is =", "lab/report/runs_view.py", "return m[2]==='='?eq:!eq", "return eq", [BROWSER]),
+    ("lab.report page: grouping ignores the group key in the order", "lab/report/runs_view.py",
+     "shown.sort((a,b)=>(g?cmp(val(a,g),val(b,g)):0)||", "shown.sort((a,b)=>", [BROWSER]),
+    ("lab.report --serve: the version never changes", "lab/report/serve.py",
+     "body = str(page.stat().st_mtime_ns if page.is_file() else 0).encode()", 'body = b"0"', [SERVE]),
+    ("lab.report --serve: the port is bound after the first render", "lab/report/__main__.py",
+     "        server = serve.bind(out_dir(args), args.serve)  # a port in use: one line, nothing written\n"
+     "        args.watch = True\n    render(args, served=server is not None)\n",
+     "        args.watch = True\n    render(args, served=True)\n    if args.serve is not None:\n"
+     "        server = serve.bind(out_dir(args), args.serve)\n", [BUSY]),
+]

@@ -1,0 +1,244 @@
+"""lab.report's page: its layout (axis ranges, label positions, chart columns) read from the plotly figures'
+data, the runs table's filter/sort/group data and per-run drill-down, and --serve over http."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from conftest import ROOT
+from test_report import (
+    _ablation,
+    _chromium,
+    _cost_runs,
+    _curve_run,
+    _diverging_sweep,
+    _dom,
+    _rendered,
+    html_unescape,
+    write_run,
+)
+
+from lab.report import collect
+
+# ---------------------------------------------------------------------------------------------- layout (item 8)
+
+
+def _xs(fig) -> list[float]:
+    return [x for t in fig.data for x in t.x]
+
+
+def _marker_runs(root):
+    """learned x 2 seeds to step 400, rotary running at step 300; every run logs train/aux up to step 100 only."""
+    for job, seed in enumerate((1, 2)):
+        _curve_run(root / str(job), "learned", seed, 400, 0.003)
+    _curve_run(root / "2", "rotary_with_a_long_name", 1, 300, 0.003, status={"state": "running"})
+    for job in range(3):
+        metrics = root / str(job) / "csv" / "metrics.csv"
+        lines = metrics.read_text().splitlines()
+        metrics.write_text("\n".join([lines[0] + ",train/aux", *(line + (",1.0" if int(line.split(",")[0]) <= 100 else ",")
+                                                                 for line in lines[1:])]) + "\n")
+    return root
+
+
+def test_the_compared_step_marker_stays_inside_the_data(tmp_path):
+    """A metric logged up to step 100 of runs compared at step 300 got the "compared at step 300" line, which
+    stretched its x-axis to three times its data (the test was each run's last step of any column). Now the
+    line is drawn only inside a curve's own steps, carrying its own label (no annotation beside it)."""
+    report = collect([_marker_runs(tmp_path)])
+    charts = dict(dict(report.sections)["Curves"])
+    assert report.budget.step == 300 and max(_xs(charts["train/aux"])) == 100
+    assert charts["train/aux"].layout.shapes == ()
+    (line,) = charts["val/loss"].layout.shapes
+    assert line.label.text == "compared at step 300" and line.x0 == line.x1 == 300 and charts["val/loss"].layout.annotations == ()
+    for fig in charts.values():  # whatever is placed on an x-axis lies within that chart's data
+        assert all(min(_xs(fig)) <= s.x0 <= max(_xs(fig)) for s in fig.layout.shapes)
+
+
+def test_cost_chart_labels_run_toward_the_middle_so_none_is_cut_at_the_edge(tmp_path):
+    """Labels centred on the outermost points ran past the plot's edge ("positions=lear")."""
+    from lab.report.charts import label_sides
+
+    assert label_sides([1.0, 2.0, 3.0]) == ["top right", "top center", "top left"]
+    assert label_sides([5.0, 5.0]) == ["top center", "top center"]  # one x: nothing to lean toward
+    report = collect([_cost_runs(tmp_path, flops=True, overlap=False)])
+    for _, fig in dict(report.sections)["Quality vs cost"]:
+        points = fig.data[0]
+        left, right = min(points.x), max(points.x)
+        sides = dict(zip(points.x, points.textposition))
+        assert sides[left] == "top right" and sides[right] == "top left", sides
+
+
+def test_charts_fill_a_wide_page_in_as_many_columns_as_fit():
+    """Charts were 560 px wide each: two columns and an empty half on a wide page."""
+    from lab.report.html import CSS
+
+    charts = re.search(r"\.charts\{([^}]*)\}", CSS).group(1)
+    assert "display:grid" in charts and "repeat(auto-fill,minmax(" in charts
+    assert not re.search(r"\.chart\{[^}]*(?<![-\w])width:\d", CSS)  # no fixed width per chart
+
+
+def test_huge_values_before_a_nan_do_not_flatten_the_healthy_curves(tmp_path):
+    """A run whose loss climbs to 1e6 before its NaN set the linear y-axis to 0-1e6: every other curve was a
+    flat line at the bottom. Now the y-range is the healthy runs' and the title says what is clipped."""
+    root = _diverging_sweep(tmp_path)
+    rows = [{"step": s, "train/loss": 1e6 * s if s < 40 else math.nan} for s in range(10, 51, 10)]
+    write_run(root / "5", {"name": "lr", "seed": 3, "task": {"lr": 1e-2}, "optimized_metric": "val/loss"}, rows,
+              finished=False, status={"state": "failed", "error": "error: loss is NaN"})
+    report = collect([root])
+    (fig,) = [f for t, f in dict(report.sections)["Curves"] if t == "train/loss"]
+    healthy = [4.0 - s / 100 - lr * 10 + seed / 100 for lr in (1e-3, 1e-2) for seed in (1, 2, 3)
+               for s in range(10, 201, 10) if not (lr == 1e-2 and seed == 3)]
+    span = max(healthy) - min(healthy)
+    assert list(fig.layout.yaxis.range) == pytest.approx([min(healthy) - 0.05 * span, max(healthy) + 0.05 * span])
+    assert fig.layout.title.text == "train/loss<br><sup>y-axis clipped to the runs that did not diverge: 1 diverged run(s) reach 3e+07</sup>"
+    # a diverged run that stays within the healthy range leaves the axis to plotly
+    (fig,) = [f for t, f in dict(collect([_diverging_sweep(tmp_path / "mild")]).sections)["Curves"] if t == "train/loss"]
+    assert fig.layout.yaxis.range is None and fig.layout.title.text == "train/loss"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut(tmp_path):
+    """As drawn: each curve chart's x-axis ends within plotly's padding of its last step (train/aux's ran to the
+    compared step, 3x its data), and every cost-chart label lies inside its chart."""
+    from lab.report import html
+
+    _marker_runs(tmp_path)
+    probe = ("<script>setTimeout(()=>{const cut=[],ranges={};document.querySelectorAll('.chart').forEach(d=>{"
+             "const svg=d.querySelector('.main-svg').getBoundingClientRect();d.querySelectorAll('.textpoint text').forEach(t=>{"
+             "const r=t.getBoundingClientRect();if(r.left<svg.left-1||r.right>svg.right+1)cut.push(t.textContent)});"
+             "const xs=d.data.flatMap(t=>Array.from(t.x||[]));"
+             "if(d.classList.contains('curve'))ranges[d.title]=[d.layout.xaxis.range[1],Math.min(...xs),Math.max(...xs)]});"
+             "document.body.dataset.cut=JSON.stringify(cut);document.body.dataset.ranges=JSON.stringify(ranges)},3000)</script>")
+    page = tmp_path / "report.html"
+    page.write_text(html.render(collect([tmp_path])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), tmp_path / "p")
+    _rendered(dom)
+    assert json.loads(html_unescape(re.search(r'data-cut="([^"]*)"', dom).group(1))) == []
+    ranges = json.loads(html_unescape(re.search(r'data-ranges="([^"]*)"', dom).group(1)))
+    assert set(ranges) >= {"val/loss", "train/loss", "train/aux"}
+    assert all(end <= last + 0.1 * (last - first) for end, first, last in ranges.values()), ranges
+
+
+# ---------------------------------------------------------------------------------------------- runs table (item 6)
+
+
+def _page_data(page: str) -> dict:
+    """The runs' records as the page's script reads them."""
+    return json.loads(re.search(r"const D=(\{.*?\}),table=document", page, re.S).group(1).replace("<\\/", "</"))
+
+
+def test_the_runs_table_data_is_every_run_in_the_tables_order_with_its_whole_config_and_curves(tmp_path):
+    """The runs table could not be filtered, sorted or grouped by a config key, and a run had no record of its
+    own: the page now carries each run's config, curves and status, row for row with the table it drives."""
+    from lab.report import html, runs_view
+
+    report = collect([_ablation(tmp_path / "runs")])
+    data = runs_view.records(report)
+    table = next(t for t in report.tables if t.name == "runs")
+    assert [r["name"] for r in data["runs"]] == [row[0].text for row in table.rows]
+    assert [r["variant"] for r in data["runs"]] == [row[1].text for row in table.rows]
+    assert set(data["differing"]) == {"task.optimizer.lr", "seed", "data.seed", "data.cache_dir", "logger.wandb.id",
+                                      "name", "paths.output_dir"}
+    assert data["keys"][: len(data["differing"])] == data["differing"] and "optimized_metric" in data["keys"]
+    by_name = {r.name: r for r in report.runs}
+    for rec in data["runs"]:
+        run = by_name[rec["name"]]
+        assert rec["config"] == run.config and rec["state"] == "finished" and rec["attempts"] == 1
+        assert rec["curves"]["val/loss"] == [list(s) for s in run.series("val/loss")]
+        assert rec["curves"]["train/loss"][1] == [5.0, 4.0, 3.5]  # the CSV's rows, by hand
+    assert _page_data(html.render(report)) == data  # what the page's script gets
+
+
+def test_a_diverged_runs_record_has_null_where_its_loss_was_nan(tmp_path):
+    from lab.report import runs_view
+
+    rec = next(r for r in runs_view.records(collect([_diverging_sweep(tmp_path)]))["runs"] if r["name"] == "5")
+    assert rec["curves"]["train/loss"][1][3:] == [None, None] and rec["state"].startswith("diverged at step 40")
+    json.dumps(rec, allow_nan=False)  # valid JSON: no NaN literal
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_record(tmp_path):
+    """In the page: `lr=0.003 seed!=1` keeps runs 4 and 5; grouped by task.optimizer.lr and sorted by seed
+    descending the order is 2 1 0 | 5 4 3 under two group rows; clicking run 4 shows its config, state and a
+    drawn curve."""
+    from lab.report import html
+
+    root = _ablation(tmp_path / "runs")
+    probe = ("<script>setTimeout(()=>{const b=document.body,rows=[...document.querySelectorAll('table.runs tbody tr[data-run]')];"
+             "b.dataset.filtered=labRunsFilter('lr=0.003 seed!=1').map(i=>rows[i].cells[0].textContent).join(' ');"
+             "document.getElementById('runs-group').value='task.optimizer.lr';document.getElementById('runs-sort').value='seed';"
+             "document.getElementById('runs-order').value='-1';labRunsView();"
+             "b.dataset.order=labRunsOrder.join(' ');"
+             "b.dataset.groups=[...document.querySelectorAll('table.runs tr.group')].map(r=>r.textContent).join('|');"
+             "rows.find(r=>r.cells[0].textContent==='4').click();"
+             "setTimeout(()=>{b.dataset.drawn=document.querySelectorAll('#run-curve-plot .main-svg').length},500)},3000)</script>")
+    page = root / "report.html"
+    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), tmp_path / "p")
+    _rendered(dom)
+    attr = lambda name: html_unescape(re.search(rf'data-{name}="([^"]*)"', dom).group(1))  # noqa: E731
+    assert attr("filtered") == "4 5"
+    assert attr("order") == "2 1 0 5 4 3"
+    assert attr("groups") == "task.optimizer.lr = 0.001 (3 runs)|task.optimizer.lr = 0.003 (3 runs)"
+    detail = re.search(r'<div id="run-detail" data-run="4">.*?</details>', dom, re.S).group(0)
+    assert "<td>task.optimizer.lr</td><td>0.003</td>" in detail and "<td>state</td><td>finished</td>" in detail
+    assert int(attr("drawn")) >= 1
+
+
+# ---------------------------------------------------------------------------------------------- --serve (item 6)
+
+
+def test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_writes(tmp_path):
+    """There was no way to have the open page follow a sweep but --watch's reload every 5 s of a file."""
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    proc = subprocess.Popen([sys.executable, "-m", "lab.report", str(root), "--serve", "0", "--wandb", "off"], cwd=ROOT,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    killer = threading.Timer(120, proc.kill)
+    killer.start()
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line, "lab.report --serve exited before serving"
+        url = re.search(r"serving (http://127\.0\.0\.1:(\d+)/report\.html) \(", line).group(1)
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert '<meta name="generator" content="lab.report">' in page and "fetch('.lab_report_version'" in page
+        version = url.replace("report.html", ".lab_report_version")
+        first = urllib.request.urlopen(version, timeout=30).read().decode()
+        assert first == str((root / "report.html").stat().st_mtime_ns)
+        with open(root / "0" / "csv" / "metrics.csv", "a") as f:  # the run writes a row: re-rendered
+            f.write("29,,3.4,\n")
+        deadline = time.monotonic() + 60
+        while urllib.request.urlopen(version, timeout=30).read().decode() == first:
+            assert time.monotonic() < deadline, "not re-rendered after a run wrote"
+            time.sleep(0.5)
+    finally:
+        killer.cancel()
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_refuses_a_port_in_use_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from lab.report.__main__ import main
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            main([str(root), "--serve", str(port), "--wandb", "off"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --serve {port}: cannot listen on 127.0.0.1:{port} (Address already in use); pass another "
+                   "port, or 0 for any free one"]
+    assert not (root / "report.html").exists()
