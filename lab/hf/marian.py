@@ -33,7 +33,7 @@ class Marian(Family):
         return layers_arch(config, state, "post")
 
 
-ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}  # lab's FFN -> activation_function
+ACTIVATION = {"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu", "silu": "swish"}  # lab's FFN -> activation_function
 
 
 def hidden_order(d: int) -> torch.Tensor:
@@ -109,7 +109,7 @@ def convert_layers(model, model_type: str) -> tuple[dict, dict]:
 
 def layers_arch(config: dict, state: dict, norm_placement: str) -> dict:
     """The config.json fields Marian and Pegasus share -> EncoderDecoder's arguments."""
-    act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh", "gelu"), "gelu")
+    act = setting(config, "activation_function", ("relu", "gelu_new", "gelu_pytorch_tanh", "gelu", "swish", "silu"), "gelu")
     setting(config, "share_encoder_decoder_embeddings", (True,), True)
     sides = {k: (config[f"encoder_{k}"], config[f"decoder_{k}"]) for k in ("layers", "attention_heads", "ffn_dim")}
     if any(a != b for a, b in sides.values()):
@@ -120,7 +120,7 @@ def layers_arch(config: dict, state: dict, norm_placement: str) -> dict:
             "d_model": config["d_model"], "n_layers": sides["layers"][0], "n_heads": sides["attention_heads"][0],
             "d_ff": sides["ffn_dim"][0], "max_seq_len": config["max_position_embeddings"],
             "dropout": float(config.get("dropout", 0.1)), "positions": "sinusoidal", "norm": "layernorm",
-            "norm_placement": norm_placement, "ffn": {"relu": "relu", "gelu": "gelu_erf"}.get(act, "gelu"),
+            "norm_placement": norm_placement, "ffn": {"relu": "relu", "gelu": "gelu_erf", "swish": "silu", "silu": "silu"}.get(act, "gelu"),
             "scale_embeddings": bool(config.get("scale_embedding", False)),
             "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
             "bias": has_bias(state, lambda k: k.startswith("model.") and k.endswith(".bias"))}

@@ -10,7 +10,7 @@ from lab.errors import ConfigError
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
 POSITIONS = ("learned", "sinusoidal", "rotary", "relative", "none")
-FFN_KINDS = ("relu", "gelu", "gelu_erf", "swiglu", "relu_squared")
+FFN_KINDS = ("relu", "gelu", "gelu_erf", "silu", "swiglu", "relu_squared")
 ROPE_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")  # llama3_scaled's
 
 
@@ -185,6 +185,7 @@ class TransformerConfig:
     None: the plain frequencies."""
     ffn: str = "gelu"
     """relu | gelu (tanh-approximate, GPT-2's code) | gelu_erf (exact, as transformers' "gelu"; dense FFNs only) |
+    silu (x·sigmoid(x), transformers' "swish" of released Marian models; dense FFNs only) |
     swiglu | relu_squared (relu(x)^2, Primer; dense FFNs only)."""
     max_seq_len: int = 256
     """Longest sequence the position tables and KV caches hold."""
@@ -243,7 +244,7 @@ class TransformerConfig:
         check("ffn", self.ffn, FFN_KINDS)
         if self.moe is not None:
             self.moe = self.moe if isinstance(self.moe, MoEConfig) else MoEConfig.from_settings(self.moe)
-        if self.ffn in ("relu_squared", "gelu_erf") and self.moe:
+        if self.ffn in ("relu_squared", "gelu_erf", "silu") and self.moe:
             raise ConfigError(f"model.ffn={self.ffn} is for dense FFNs; the experts support relu, gelu and swiglu: "
                               "set model.ffn=gelu (or model.moe=null)")
         for name in ("d_model", "n_layers", "n_heads", "max_seq_len"):

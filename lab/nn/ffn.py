@@ -19,7 +19,7 @@ class ReLUSquared(nn.Module):
 # tanh-approximate GELU, as GPT-2 uses: 5x cheaper than erf on CPU, same curve to 1e-3
 # gelu_erf: the exact GELU (transformers' activation "gelu": BERT, MBart, a GPT-2/Marian config that asks for it)
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": lambda: nn.GELU(approximate="tanh"), "gelu_erf": nn.GELU,
-               "relu_squared": ReLUSquared}
+               "relu_squared": ReLUSquared, "silu": nn.SiLU}
 
 
 class FeedForward(nn.Module):

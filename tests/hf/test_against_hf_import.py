@@ -268,13 +268,15 @@ def test_a_transformers_bert_imports_with_its_logits(name, tmp_path):
     _compare(out, (ids,), hf)
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-erf", "pegasus"])
+@pytest.mark.parametrize("name", ["marian", "marian-erf", "marian-swish", "pegasus"])
 def test_a_transformers_translator_imports_with_its_logits(name, tmp_path):
     tok = HFTokenizer.train([" ".join(PAIRS)] * 20, ["<pad>", "<s>", "</s>"], vocab_size=200, kind="bpe")
     config_class, model_class = {"marian": (transformers.MarianConfig, transformers.MarianMTModel),
                                  "marian-erf": (transformers.MarianConfig, transformers.MarianMTModel),
+                                 "marian-swish": (transformers.MarianConfig, transformers.MarianMTModel),
                                  "pegasus": (transformers.PegasusConfig, transformers.PegasusForConditionalGeneration)}[name]
-    act = {"marian": "relu", "marian-erf": "gelu", "pegasus": "gelu_new"}[name]  # "gelu": the exact GELU
+    # "gelu": the exact GELU; "swish": SiLU, the activation of released Marian (opus-mt) checkpoints
+    act = {"marian": "relu", "marian-erf": "gelu", "marian-swish": "swish", "pegasus": "gelu_new"}[name]
     config = config_class(vocab_size=tok.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
                           max_position_embeddings=64, activation_function=act,
