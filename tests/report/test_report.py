@@ -627,6 +627,18 @@ def _rendered(dom: str) -> None:
     assert '<pre id="js-errors"></pre>' in dom, "script errors in the page"
 
 
+def _probed(root: Path, probe: str, profile: Path):
+    """The report of the runs under root with a probe <script> appended, as Chromium renders it: (the DOM, a function
+    giving the body's data-<name> attribute, where the probe writes what it measured)."""
+    from lab.report import html
+
+    page = root / "report.html"
+    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
+    dom = _dom(page.as_uri(), profile)
+    _rendered(dom)
+    return dom, lambda name: html_unescape(re.search(rf'data-{name}="([^"]*)"', dom).group(1))
+
+
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
 def test_browser_shows_an_interrupted_sweep_and_a_mid_sweep_state_as_they_are(tmp_path):
     """An interrupted, resumed sweep and a sweep still running, as a browser shows them: where the runs are
@@ -1036,8 +1048,6 @@ def test_watch_makes_the_open_page_reload_itself_while_a_run_is_running(tmp_path
 def test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_for_the_plot(tmp_path):
     """What a person sees of a two-preset report: every chart drawn, each marker inside its plot area, each
     plot area at least half its chart's width (legends took ~45%), the config difference behind a click."""
-    from lab.report import html
-
     root = _presets(tmp_path / "runs", [{}, {**FAST, "name": "gpt_nano_char_fast_with_a_much_longer_recipe_name"}])
     probe = ("<script>setTimeout(()=>{const bad=[],narrow=[];document.querySelectorAll('.chart').forEach(d=>{"
              "const area=d.querySelector('.nsewdrag');if(!area)return;const a=area.getBoundingClientRect(),"
@@ -1045,10 +1055,7 @@ def test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_
              ".forEach(p=>{const r=p.getBoundingClientRect(),x=(r.left+r.right)/2,y=(r.top+r.bottom)/2;"
              "if(x<a.left-1||x>a.right+1||y<a.top-1||y>a.bottom+1)bad.push(d.title)})});"
              "document.body.dataset.outside=JSON.stringify(bad);document.body.dataset.narrow=JSON.stringify(narrow)},3000)</script>")
-    page = root / "report.html"
-    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
-    dom = _dom(page.as_uri(), tmp_path / "p")
-    _rendered(dom)
-    assert json.loads(html_unescape(re.search(r'data-outside="([^"]*)"', dom).group(1))) == []
-    assert json.loads(html_unescape(re.search(r'data-narrow="([^"]*)"', dom).group(1))) == []
+    dom, attr = _probed(root, probe, tmp_path / "p")
+    assert json.loads(attr("outside")) == []
+    assert json.loads(attr("narrow")) == []
     assert re.search(r"<details><summary><h2[^>]*>Config difference \(5 keys\)</h2></summary>", dom)

@@ -20,9 +20,7 @@ from test_report import (
     _cost_runs,
     _curve_run,
     _diverging_sweep,
-    _dom,
-    _rendered,
-    html_unescape,
+    _probed,
     write_run,
 )
 
@@ -108,8 +106,6 @@ def test_huge_values_before_a_nan_do_not_flatten_the_healthy_curves(tmp_path):
 def test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut(tmp_path):
     """As drawn: each curve chart's x-axis ends within plotly's padding of its last step (train/aux's ran to the
     compared step, 3x its data), and every cost-chart label lies inside its chart."""
-    from lab.report import html
-
     _marker_runs(tmp_path)
     probe = ("<script>setTimeout(()=>{const cut=[],ranges={};document.querySelectorAll('.chart').forEach(d=>{"
              "const svg=d.querySelector('.main-svg').getBoundingClientRect();d.querySelectorAll('.textpoint text').forEach(t=>{"
@@ -117,12 +113,9 @@ def test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut(tmp_path
              "const xs=d.data.flatMap(t=>Array.from(t.x||[]));"
              "if(d.classList.contains('curve'))ranges[d.title]=[d.layout.xaxis.range[1],Math.min(...xs),Math.max(...xs)]});"
              "document.body.dataset.cut=JSON.stringify(cut);document.body.dataset.ranges=JSON.stringify(ranges)},3000)</script>")
-    page = tmp_path / "report.html"
-    page.write_text(html.render(collect([tmp_path])).replace("</body>", probe + "</body>"))
-    dom = _dom(page.as_uri(), tmp_path / "p")
-    _rendered(dom)
-    assert json.loads(html_unescape(re.search(r'data-cut="([^"]*)"', dom).group(1))) == []
-    ranges = json.loads(html_unescape(re.search(r'data-ranges="([^"]*)"', dom).group(1)))
+    _, attr = _probed(tmp_path, probe, tmp_path / "p")
+    assert json.loads(attr("cut")) == []
+    ranges = json.loads(attr("ranges"))
     assert set(ranges) >= {"val/loss", "train/loss", "train/aux"}
     assert all(end <= last + 0.1 * (last - first) for end, first, last in ranges.values()), ranges
 
@@ -170,8 +163,6 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
     """In the page: `lr=0.003 seed!=1` keeps runs 4 and 5; grouped by task.optimizer.lr and sorted by seed
     descending the order is 2 1 0 | 5 4 3 under two group rows; clicking run 4 shows its config, state and a
     drawn curve."""
-    from lab.report import html
-
     root = _ablation(tmp_path / "runs")
     probe = ("<script>setTimeout(()=>{const b=document.body,rows=[...document.querySelectorAll('table.runs tbody tr[data-run]')];"
              "b.dataset.filtered=labRunsFilter('lr=0.003 seed!=1').map(i=>rows[i].cells[0].textContent).join(' ');"
@@ -181,11 +172,7 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
              "b.dataset.groups=[...document.querySelectorAll('table.runs tr.group')].map(r=>r.textContent).join('|');"
              "rows.find(r=>r.cells[0].textContent==='4').click();"
              "setTimeout(()=>{b.dataset.drawn=document.querySelectorAll('#run-curve-plot .main-svg').length},500)},3000)</script>")
-    page = root / "report.html"
-    page.write_text(html.render(collect([root])).replace("</body>", probe + "</body>"))
-    dom = _dom(page.as_uri(), tmp_path / "p")
-    _rendered(dom)
-    attr = lambda name: html_unescape(re.search(rf'data-{name}="([^"]*)"', dom).group(1))  # noqa: E731
+    dom, attr = _probed(root, probe, tmp_path / "p")
     assert attr("filtered") == "4 5"
     assert attr("order") == "2 1 0 5 4 3"
     assert attr("groups") == "task.optimizer.lr = 0.001 (3 runs)|task.optimizer.lr = 0.003 (3 runs)"
