@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+# Two xdist workers share CI's 2 cores: one intra-op thread per process (and per subprocess a test starts, which
+# inherits it), else each process's OpenMP threads spin against the other's at every barrier. Set before torch
+# is imported; pytest_configure covers a torch a plugin imported first.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from lab.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,3 +156,9 @@ def pytest_collection_modifyitems(items):
     if missing:
         raise pytest.UsageError(f"tests/conftest.py: LONG_MODULES names no file: {', '.join(missing)}")
     items.sort(key=lambda item: first.get(item.path.relative_to(here).as_posix(), len(first)))  # stable
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

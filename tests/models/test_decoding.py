@@ -7,6 +7,7 @@ search over every hypothesis of a tiny vocabulary, masks perturbed where they mu
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -141,22 +142,29 @@ def test_gpt_generation_stops_each_row_at_its_own_eos():
 
 # ---- beam search against exhaustive search ----
 
-def exhaustive_best(model, src_row: torch.Tensor, max_len: int, length_penalty: float) -> tuple[list[int], float]:
-    """Every hypothesis: n-1 non-eos tokens then eos (n = 1..max_len; at max_len only eos may follow),
-    scored sum log p / n ** length_penalty, computed by teacher forcing each prefix."""
-    V = model.vocab_size
+@functools.cache
+def scored_hypotheses(layout: str, row: int, max_len: int = 4) -> tuple[tuple[tuple[int, ...], float, int], ...]:
+    """Every hypothesis for source row `row` of the vocabulary-5 translator: n-1 non-eos tokens then eos
+    (n = 1..max_len; at max_len only eos may follow), as (body, sum log p, n), computed by teacher forcing
+    each prefix. Cached: the scores do not depend on the length penalty, and several tests need them."""
+    model, src_row = translator(layout, vocab=5, eos_boost=1.5), sources(vocab=5)[row]
     src = src_row[src_row != PAD][None]
+    found = []
+    with torch.no_grad():
+        for n in range(1, max_len + 1):
+            for body in itertools.product([v for v in range(model.vocab_size) if v != EOS], repeat=n - 1):
+                logp = model(src, torch.tensor([[BOS, *body]]))[0].log_softmax(-1)  # [n, V]
+                found.append((body, sum(float(logp[i, t]) for i, t in enumerate(body)) + float(logp[-1, EOS]), n))
+    return tuple(found)
+
+
+def exhaustive_best(layout: str, row: int, length_penalty: float) -> list[int]:
+    """The hypothesis with the highest sum log p / n ** length_penalty (the first one on a tie)."""
     best, best_score = None, -math.inf
-    for n in range(1, max_len + 1):
-        for body in itertools.product([v for v in range(V) if v != EOS], repeat=n - 1):
-            tgt = torch.tensor([[BOS, *body]])
-            logp = model(src, tgt)[0].log_softmax(-1)  # [n, V]
-            score = sum(float(logp[i, t]) for i, t in enumerate(body))
-            score += float(logp[-1, EOS])
-            score /= n**length_penalty
-            if score > best_score:
-                best, best_score = list(body), score
-    return best, best_score
+    for body, logp, n in scored_hypotheses(layout, row):
+        if logp / n**length_penalty > best_score:
+            best, best_score = list(body), logp / n**length_penalty
+    return best
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
@@ -165,8 +173,7 @@ def test_a_beam_as_wide_as_all_hypotheses_returns_the_exhaustive_best(layout, le
     """Vocabulary of 5 (4 non-eos tokens), at most 4 tokens: 1 + 4 + 16 + 64 = 85 hypotheses; a beam of 85
     keeps all of them, so it must return the best under the length penalty."""
     model, src = translator(layout, vocab=5, eos_boost=1.5), sources(vocab=5)[:4]
-    with torch.no_grad():
-        expected = [exhaustive_best(model, row, 4, length_penalty)[0] for row in src]
+    expected = [exhaustive_best(layout, row, length_penalty) for row in range(4)]
     for use_cache in (True, False):
         assert beam_search(model, src, beam_size=85, length_penalty=length_penalty, max_len_ratio=0,
                            max_len_offset=4, use_cache=use_cache) == expected
@@ -176,9 +183,7 @@ def test_a_beam_as_wide_as_all_hypotheses_returns_the_exhaustive_best(layout, le
 def test_the_length_penalty_changes_which_hypothesis_wins(layout):
     """The case above tests the normalisation only if lengths compete: here the best hypothesis by total
     log p is shorter than the best by log p / length^2 in some rows."""
-    model, src = translator(layout, vocab=5, eos_boost=1.5), sources(vocab=5)[:4]
-    with torch.no_grad():
-        best = {lp: [exhaustive_best(model, row, 4, lp)[0] for row in src] for lp in (0.0, 1.0, 2.0)}
+    best = {lp: [exhaustive_best(layout, row, lp) for row in range(4)] for lp in (0.0, 1.0, 2.0)}
     assert any(len(a) < len(b) for a, b in zip(best[0.0], best[2.0])), best
 
 
