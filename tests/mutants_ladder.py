@@ -81,4 +81,10 @@ MUTANTS = [
     Mutant("scaling view: --baseline naming one rung of a variant is ignored", "lab/report/scaling.py",
            "(baseline in f.label or f.label in baseline)", "baseline in f.label",
            [SCALING + "::test_view_fits_each_variant_across_its_rungs_and_compares_with_the_baseline"]),
+    Mutant("ladder: a rung's devices set after its budget", "lab/runtime/cli/ladder.py",
+           "    layout = _set_rung_trainer(cfg, ladder)\n", "    layout = {}\n",
+           [LADDER + "::test_a_rungs_devices_and_accumulation_set_the_trainer_and_divide_its_steps"]),
+    Mutant("ladder launcher: slurm tasks from the sweep's trainer.devices", "lab/runtime/cli/ladder.py",
+           "if k in launcher and v != launcher[k]", "if False",
+           [LAUNCHER + "::test_a_rung_on_more_devices_gets_the_slurm_tasks_and_gpus_that_follow_them"]),
 ]

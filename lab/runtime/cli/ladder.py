@@ -7,9 +7,9 @@ ladder's conf file sweeps over every rung in a multirun) before anything else re
 budget rests on are the ones every run records (`parameter_counts`: status.json's params/*)."""
 from __future__ import annotations
 
+import copy
 import logging
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,10 @@ LM_TASK = "lab.tasks.language_model.LanguageModelTask"
 # The settings a ladder sets for each rung: what differs between the rungs of one variant, not a variant's choice
 # (lab.report's scaling view groups runs across them).
 RUNG_KEYS = ("model.d_model", "model.n_layers", "model.n_heads", "trainer.max_steps", "trainer.val_check_interval",
-             "task.scheduler.warmup_steps", "task.scheduler.total_steps")
+             "task.scheduler.warmup_steps", "task.scheduler.total_steps", "trainer.devices", "trainer.num_nodes",
+             "trainer.accumulate_grad_batches")
+# A rung's own trainer settings (RungConfig fields of the same names): how its jobs are laid out, not what they train.
+RUNG_TRAINER_KEYS = ("devices", "num_nodes", "accumulate_grad_batches")
 # Parameters that are not counted in N (Kaplan et al. 2020): the vocabulary-sized lookup and output matrices.
 VOCABULARY_ROLES = frozenset({Role.EMBEDDING, Role.READOUT})
 # The launchers that give each job its rung's launcher settings (hydra_plugins/lab_launchers).
@@ -43,6 +46,14 @@ class RungConfig:
     """Number of blocks."""
     n_heads: int | None = None
     """Attention heads; None: d_model // ladder.head_dim."""
+    devices: int | None = None
+    """trainer.devices for this rung's jobs (None: the run's). Under hydra/launcher=slurm the job's tasks_per_node and
+    gpus_per_node follow it, as they follow trainer.devices; the token budget counts it (tokens per step)."""
+    num_nodes: int | None = None
+    """trainer.num_nodes for this rung's jobs (None: the run's); slurm's `nodes` follows it."""
+    accumulate_grad_batches: int | None = None
+    """trainer.accumulate_grad_batches for this rung (None: the run's): e.g. a rung on more devices that keeps the
+    tokens per step of the others, or a large rung whose micro-batch must shrink."""
     launcher: dict[str, Any] = field(default_factory=dict)
     """This rung's job's launcher settings over the launcher's own (hydra.launcher.* of hydra/launcher=submitit_local
     or slurm, e.g. {timeout_min: 120, mem_gb: 64}): each rung asks for what its size needs. Other launchers run
@@ -101,6 +112,10 @@ def _shape(ladder: LadderConfig) -> tuple[str, int, int, int]:
         raise ConfigError(f"ladder rung {ladder.rung}: d_model={rung.d_model} is not a whole number of heads of "
                           f"ladder.head_dim={ladder.head_dim}; set ladder.rungs.{ladder.rung}.n_heads, or a d_model "
                           f"that is a multiple of {ladder.head_dim}")
+    for key in RUNG_TRAINER_KEYS:
+        if getattr(rung, key) is not None and getattr(rung, key) < 1:
+            raise ConfigError(f"ladder.rungs.{ladder.rung}.{key}={getattr(rung, key)} must be >= 1 (or null: the run's "
+                              f"trainer.{key})")
     heads = rung.n_heads if rung.n_heads is not None else rung.d_model // ladder.head_dim
     if heads < 1 or rung.d_model % heads:
         raise ConfigError(f"ladder rung {ladder.rung}: d_model={rung.d_model} does not divide into {heads} heads "
@@ -123,6 +138,7 @@ def apply_ladder(cfg: DictConfig) -> None:
     name, d_model, n_layers, heads = _shape(ladder)
     with open_dict(cfg):
         cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads = d_model, n_layers, heads
+    layout = _set_rung_trainer(cfg, ladder)
     from lab.models import build_model  # noqa: PLC0415 - the models load after the command line is checked
 
     with torch.device("meta"):  # the shape alone: no memory, no initialisation cost
@@ -157,10 +173,21 @@ def apply_ladder(cfg: DictConfig) -> None:
         if not target.startswith(PER_JOB_LAUNCHERS):
             log.warning("ladder rung %s: its launcher settings %s are not used: the launcher (%s) runs every job "
                         "alike; hydra/launcher=submitit_local or slurm applies them", name, rung_settings, target)
-    log.info("ladder rung %s: d_model=%d n_layers=%d n_heads=%d; tokens = %s = %s = %d steps of %s tokens "
+    log.info("ladder rung %s: d_model=%d n_layers=%d n_heads=%d%s; tokens = %s = %s = %d steps of %s tokens "
              "(batch x context x devices); warmup %s, validation every %d steps; %s",
-             name, d_model, n_layers, heads, rule, f"{tokens:,.0f}", steps, f"{per_step:,}", warmup,
-             cfg.trainer.val_check_interval, lr_rule(cfg))
+             name, d_model, n_layers, heads, "".join(f" {k}={v}" for k, v in layout.items()), rule, f"{tokens:,.0f}",
+             steps, f"{per_step:,}", warmup, cfg.trainer.val_check_interval, lr_rule(cfg))
+
+
+def _set_rung_trainer(cfg: DictConfig, ladder: LadderConfig) -> dict[str, int]:
+    """Set the rung's own trainer settings (devices, num_nodes, accumulate_grad_batches) on cfg.trainer; returns
+    them as trainer.<key> -> value, for the rung's log line."""
+    rung = ladder.rungs[ladder.rung]
+    layout = {f"trainer.{key}": getattr(rung, key) for key in RUNG_TRAINER_KEYS if getattr(rung, key) is not None}
+    with open_dict(cfg):
+        for key, value in layout.items():
+            OmegaConf.update(cfg, key, value)
+    return layout
 
 
 def _launcher_target() -> str | None:
@@ -169,19 +196,25 @@ def _launcher_target() -> str | None:
     return HydraConfig.get().launcher.get("_target_") if HydraConfig.initialized() else None
 
 
-def rung_launcher(cfg: DictConfig, launcher_keys: Iterable[str]) -> dict[str, Any]:
-    """The launcher settings of the job's rung (`ladder.rungs.<rung>.launcher`), for lab's submitit launchers
-    (hydra_plugins.lab_launchers) to submit this job with over their own; {} without a ladder. Raises ConfigError,
-    before any job starts, for a rung the ladder lacks or a setting that is not among launcher_keys."""
+def rung_launcher(cfg: DictConfig, launcher: dict[str, Any]) -> dict[str, Any]:
+    """The launcher settings of the job's rung over `launcher` (the sweep's resolved hydra.launcher), for lab's
+    submitit launchers (hydra_plugins.lab_launchers) to submit this job with: the rung's own
+    (`ladder.rungs.<rung>.launcher`), and those of the launcher's settings that follow the trainer's (slurm's
+    tasks_per_node, gpus_per_node and nodes follow trainer.devices and num_nodes) when the rung sets the trainer's;
+    {} without a ladder. Raises ConfigError, before any job starts, for a rung the ladder lacks or a setting that is
+    not among the launcher's."""
     if cfg.get("ladder") is None:
         return {}
     ladder = OmegaConf.to_object(cfg.ladder)
     name = _shape(ladder)[0]
     settings = dict(ladder.rungs[name].launcher)
-    unknown = sorted(set(settings) - set(launcher_keys))
+    unknown = sorted(set(settings) - set(launcher))
     if unknown:
         raise ConfigError(f"ladder.rungs.{name}.launcher.{unknown[0]} is not a setting of this launcher; "
-                          f"use one of {', '.join(sorted(launcher_keys))}")
+                          f"use one of {', '.join(sorted(launcher))}")
+    if _set_rung_trainer(cfg := copy.deepcopy(cfg), ladder):  # the job's launcher config, re-resolved with the rung's trainer
+        followed = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        settings = {**{k: v for k, v in followed.items() if k in launcher and v != launcher[k]}, **settings}
     return settings
 
 

@@ -95,3 +95,18 @@ def test_a_mup_ladder_trains_each_rung_under_the_mup_rules_and_says_so(compose, 
     with caplog.at_level("INFO", logger="lab"):
         apply_ladder(cfg)
     assert "sp: not transferred" in caplog.text
+
+
+def test_a_rungs_devices_and_accumulation_set_the_trainer_and_divide_its_steps(compose):
+    """Rung l (d 48, 2 layers) on 2 devices with accumulation 3: 6 x 768 tokens per step, so its steps are
+    N / 4608 rounded up to the 4 validations, by hand; the trainer gets both settings, rung xs keeps the run's.
+    Catches the rung's trainer settings applied after the budget is computed (N / 768 steps)."""
+    cfg = compose([*NANO, "ladder.rung=l", "trainer.devices=1", "+ladder.rungs.l.devices=2",
+                   "+ladder.rungs.l.accumulate_grad_batches=3"])
+    apply_ladder(cfg)
+    n = 2 * gpt_block(48) + 2 * 48
+    assert (cfg.trainer.devices, cfg.trainer.accumulate_grad_batches) == (2, 3)
+    assert cfg.trainer.max_steps == math.ceil(n / (768 * 6) / 4) * 4 < math.ceil(n / 768 / 4) * 4
+    other = compose([*NANO, "ladder.rung=xs", "trainer.devices=1", "+ladder.rungs.l.devices=2"])
+    apply_ladder(other)
+    assert other.trainer.devices == 1

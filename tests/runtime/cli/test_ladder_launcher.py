@@ -119,3 +119,16 @@ def test_basic_launcher_says_rung_settings_are_not_used(compose, caplog):
     with caplog.at_level(logging.WARNING, logger="lab"):
         apply_ladder(cfg)
     assert any("its launcher settings {'timeout_min': 99} are not used" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rung_on_more_devices_gets_the_slurm_tasks_and_gpus_that_follow_them(tmp_path, monkeypatch):
+    """Rung l sets devices=4 and num_nodes=2: under slurm (tasks_per_node, gpus_per_node and nodes follow the
+    trainer's) its jobs ask for 4 tasks and 4 GPUs on 2 nodes, xs's for the run's 1 on 1; a rung's own launcher
+    setting wins over the followed one. Catches the launcher reading the sweep's trainer.devices for every job."""
+    launch(tmp_path, monkeypatch, "slurm", ["trainer.devices=1", "+ladder.rungs.l.devices=4", "+ladder.rungs.l.num_nodes=2",
+                                            "+ladder.rungs.l.launcher.gpus_per_node=8"])
+    large = next(ex for ex in Recorder.made if ex.params["tasks_per_node"] == 4)
+    small = next(ex for ex in Recorder.made if ex is not large)
+    assert (large.params["nodes"], large.params["gpus_per_node"]) == (2, 8)
+    assert (small.params["tasks_per_node"], small.params["gpus_per_node"], small.params["nodes"]) == (1, 1, 1)
+    assert [job[2] for job in large.jobs] == [1, 3]
