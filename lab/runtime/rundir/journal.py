@@ -15,8 +15,8 @@ is recorded in its own status.json. A sweep job keeps its record always (the swe
     keep()                training starts (keep_from_first_step): what is written from here on stays
     undo() -> bool        refused: restore; True when something was restored
 
-W&B writes its own folder, <run dir>/wandb/, as soon as Lightning sets the loggers up (before any refusal in
-fit's setup can come): what appeared there since begin is removed and its links (latest-run, debug*.log) point
+W&B begins its run when training starts (lab.runtime.trainer.loggers), after every refusal; should anything
+else have written into <run dir>/wandb/ since begin, it is removed and its links (latest-run, debug*.log) point
 back where they did. lab.train keeps its prepared data when refused (it is content-addressed in lab's cache and
 reused by the next run, which may have taken long to prepare); lab.prepare, whose whole output it is, does not.
 """
