@@ -281,7 +281,8 @@ def step_wandb_logger():
 
 def start_wandb_on_train_start():
     """A callback that begins the W&B run of every lab W&B logger when training starts (after Lightning's setup,
-    the checkpoint's restore and the sanity validation: the refusals a launch can still meet)."""
+    the checkpoint's restore and the sanity validation: the refusals a launch can still meet), or when the test
+    starts if fit had no step left to take (resumed from a checkpoint at its last step)."""
     from lightning.pytorch.callbacks import Callback  # noqa: PLC0415
 
     class StartWandbRun(Callback):
@@ -289,6 +290,8 @@ def start_wandb_on_train_start():
             for logger in trainer.loggers:
                 if isinstance(logger, step_wandb_logger()):
                     logger.start()
+
+        on_test_start = on_train_start
 
     return StartWandbRun()
 

@@ -330,7 +330,7 @@ class RecordedRun:
         self.rows.append(("watch", type(model).__name__))
 
 
-def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool):
+def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool, **trainer_settings):
     """lab's build_trainer (callbacks, loggers, config logging) with W&B offline in run_dir, wandb.init replaced
     by a recorder, and a two-step model that logs from its setup and sanity validation; refuse_in_setup: its
     setup hook raises a LabError, as model.init_from or a resumed checkpoint's checks do. -> (init calls, logger)."""
@@ -366,6 +366,9 @@ def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool):
         def validation_step(self, batch, batch_idx):
             self.log("val/loss", self.layer(batch[0]).pow(2).mean())
 
+        def test_step(self, batch, batch_idx):
+            self.log("test/loss", self.layer(batch[0]).pow(2).mean())
+
         def on_validation_epoch_end(self):
             if self.trainer.sanity_checking:
                 self.logger.log_text(key="samples", columns=["text"], data=[["sanity"]])
@@ -376,13 +379,14 @@ def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool):
     cfg = OmegaConf.create({
         "trainer": {"_target_": "lightning.pytorch.Trainer", "max_steps": 2, "val_check_interval": 2, "log_every_n_steps": 1,
                     "accelerator": "cpu", "enable_checkpointing": False, "enable_model_summary": False,
-                    "num_sanity_val_steps": 1},
+                    "num_sanity_val_steps": 1, **trainer_settings},
         "logger": {"wandb": {"_target_": "lab.runtime.trainer.loggers.wandb_logger", "mode": "offline", "project": "lab",
                              "name": "mine", "save_dir": str(run_dir)}}})
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
     trainer, loggers = build_trainer(cfg, type("Data", (), {"shards_batches": False})(), RunDir(run_dir), {"lr": 0.1})
     try:
-        trainer.fit(TwoSteps(), train_dataloaders=data, val_dataloaders=data)
+        trainer.fit(module := TwoSteps(), train_dataloaders=data, val_dataloaders=data)
+        trainer.test(module, dataloaders=data)
     except LabError:
         assert refuse_in_setup
     return calls, loggers[0]
@@ -413,3 +417,13 @@ def test_a_run_logs_its_config_and_every_row_held_from_before_training_started(t
                             (0, {"samples": run.rows[2][1]["samples"], "trainer/global_step": 0})]
     train_steps = [step for step, row in run.rows if "train/loss" in row]
     assert train_steps == [0, 1], run.rows
+
+
+def test_a_run_with_no_step_left_begins_its_wandb_run_for_the_test(tmp_path, monkeypatch):
+    """Resumed from a checkpoint at its last step (here: no training batch), fit takes no step and never calls
+    on_train_start; the test that follows still begins the W&B run and logs its metrics and the held config.
+    Catches: W&B begun only at the first training step, the test metrics held and never logged."""
+    calls, logger = fit_with_lab_trainer(tmp_path, monkeypatch, refuse_in_setup=False, limit_train_batches=0)
+    run = logger._experiment
+    assert len(calls) == 1 and run.config_updates[0] == {"lr": 0.1}
+    assert [row for _, row in run.rows if "test/loss" in row], run.rows
