@@ -130,4 +130,7 @@ MUTANTS = [
     Mutant("W&B: a run with no training step left never begins, its test metrics held", "lab/runtime/trainer/loggers.py",
            "        on_test_start = on_train_start\n", "",
            (W + "test_a_run_with_no_step_left_begins_its_wandb_run_for_the_test",)),
+    Mutant("journal: the CSV logger rewrites another run's hparams.yaml unrecorded", "lab/runtime/trainer/metrics_csv.py",
+           "                journal.before_write(Path(self.log_dir) / name)", "                pass",
+           (f"{JOURNAL}::test_train_refused_in_another_tasks_finished_run_rewrites_nothing",)),
 ]

@@ -127,7 +127,8 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     """The issue's data loss: `lab.train <another task> hydra.run.dir=<a completed LM run> ckpt_path=auto` is
     refused in one line and the run keeps status.json (completed), config.yaml, .hydra/overrides.yaml, train.log
     exactly, with no lock file left; a refusal during setup (model.init_from not a model directory, found when
-    training starts) leaves no run directory. Catches: undo not called by user_errors_exit."""
+    training starts) leaves no run directory, and one in the finished run's own directory leaves it as it was.
+    Catches: undo not called by user_errors_exit; the CSV logger's hparams.yaml rewritten unrecorded."""
     run = tmp_path / "lm"
     train([*TINY_LM, "trainer.max_steps=2", "trainer.val_check_interval=2", "test=false", f"hydra.run.dir={run}"], tmp_path)
     before, modified = snapshot(run), run.stat().st_mtime_ns
@@ -141,7 +142,15 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     assert snapshot(run) == before and run.stat().st_mtime_ns == modified  # the lock file came and went
     assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[0] == TINY_LM[0]
 
+    # refused later, in Lightning's setup (init_from is read when training starts): the CSV logger had rewritten
+    # the run's csv/hparams.yaml with this launch's config
     (tmp_path / "not_a_model.safetensors").write_bytes(b"junk")
+    in_setup = run_module("lab.train", [*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=2", "test=false",
+                                        f"hydra.run.dir={run}", "ckpt_path=auto",
+                                        f"model.init_from={tmp_path / 'not_a_model.safetensors'}"], tmp_path)
+    assert in_setup.returncode == 2 and "not_a_model.safetensors" in in_setup.stderr.strip().splitlines()[-1]
+    assert snapshot(run) == before and run.stat().st_mtime_ns == modified
+
     refused = run_module("lab.train", [*TINY_LM, f"model.init_from={tmp_path / 'not_a_model.safetensors'}"], tmp_path)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "not_a_model.safetensors" in refused.stderr.strip().splitlines()[-1]
