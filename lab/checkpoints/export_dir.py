@@ -5,8 +5,9 @@ An export goes into a new or empty folder, or into one that holds only an earlie
 sibling folder, then swapped in by rename (lab.checkpoints.atomic.replace_dir), so that at no moment does the
 folder hold a mix of old and new files. Any other folder is refused in one line naming the files it would
 overwrite, before the model is loaded; `overwrite=true` writes lab's files over those of the same name and
-keeps the rest, and says which it replaced; it writes no marker there (the folder is not lab's alone). Every file and the folder get the user's umask (safetensors
-creates its files 0600: colleagues on a shared filesystem could not read the weights).
+keeps the rest, says which it replaced, and adds no marker (the folder is not lab's alone). Every file and the
+folder get the user's umask (safetensors creates its files 0600: colleagues on a shared filesystem could not
+read the weights).
 """
 from __future__ import annotations
 

@@ -395,8 +395,8 @@ class ParallelDataModule(LabDataModule):
         splits = self._split(loaded, report)
         del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
-        # renamed into place when complete; a build that fails is removed (its name then no longer exists
-        # when it was published, hence ignore_cleanup_errors)
+        # renamed into place when complete, removed when the build fails (once published its name is gone:
+        # ignore_cleanup_errors)
         with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-", ignore_cleanup_errors=True) as build:
             tmp = Path(build)
             tokenizer = self._tokenizer(tmp / "tokenizer.json", splits)
