@@ -14,6 +14,9 @@ EVAL_OUTPUTS = "tests/runtime/inference/test_eval_outputs.py"
 WANDB = f"{JOURNAL}::test_a_refused_launch_takes_back_what_wandb_wrote_in_another_runs_directory"
 CACHE = f"{JOURNAL}::test_take_back_cache_entries_removes_what_this_launch_published_and_nothing_else"
 DING = "tests/tasks/test_translation.py::test_ding_pairs_count_what_they_leave_out"
+W = "tests/runtime/trainer/test_wandb.py::"
+WANDB_REFUSED = W + "test_a_launch_refused_in_setup_never_starts_the_other_runs_wandb_run"
+WANDB_HELD = W + "test_a_run_logs_its_config_and_every_row_held_from_before_training_started"
 SPACE = ("tests/runtime/sweeps/test_sweeps_optuna.py::test_a_search_space_optuna_cannot_sample_is_one_line",
          "tests/runtime/sweeps/test_sweeps_optuna.py::test_int_interval_draws_integers_and_a_command_line_sweep_replaces_the_params_one")
 
@@ -102,4 +105,32 @@ MUTANTS = [
     Mutant("data: VADER's blank lines skipped uncounted", "lab/data/classification.py",
            '                report.note("skipped", "all", "blank lines"', '                0 and report.note("skipped", "all", "blank lines"',
            ("tests/data/test_encoder_data.py::test_movie_reviews_count_blank_lines_and_unrated_sentences",)),
+    Mutant("W&B: the run begins when Lightning sets the loggers up", "lab/runtime/trainer/loggers.py",
+           "                return DummyExperiment()\n", "                pass\n", (WANDB_REFUSED,)),
+    Mutant("W&B: what was logged before training started is dropped", "lab/runtime/trainer/loggers.py",
+           "            for call in held:\n                call()\n", "            pass\n", (WANDB_HELD,)),
+    Mutant("W&B: nothing begins the run when training starts", "lab/runtime/trainer/fitting.py",
+           "    callbacks.append(start_wandb_on_train_start())", "    pass", (WANDB_HELD,)),
+    Mutant("data: a failed translation build leaves its .build-* folder", "lab/data/parallel.py",
+           'with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-", ignore_cleanup_errors=True) as build:',
+           'for build in [tempfile.mkdtemp(dir=out.parent, prefix=".build-")]:',
+           ("tests/data/test_translator_data.py::test_a_failed_split_write_leaves_no_build_folder_and_says_why",)),
+    Mutant("export: overwrite=true puts lab's marker into the user's folder", "lab/checkpoints/export_dir.py",
+           "            for f in files:\n", "            for f in [*files, MARKER]:\n",
+           (*EXPORT, f"{EVAL_OUTPUTS}::test_a_folder_of_the_users_files_is_refused_and_left_as_it_was")),
+    Mutant("journal: Hydra's run_job not noted, so a runs root a refused launch made stays", "lab/runtime/cli/errors.py",
+           "        hydra_run.run_job = _noting_missing_folders(hydra_run.run_job)", "        pass",
+           (f"{JOURNAL}::test_a_refused_train_or_prepare_removes_the_roots_it_made",)),
+    Mutant("journal: every empty folder above a removed run goes, the user's root too", "lab/runtime/rundir/journal.py",
+           "[p for p in _missing if p in path.absolute().parents]", "list(path.absolute().parents)",
+           (f"{JOURNAL}::test_a_root_this_launch_made_is_removed_and_an_empty_one_that_was_there_is_kept",)),
+    Mutant("journal: folders a refused launch made above its run directory stay", "lab/runtime/rundir/journal.py",
+           "    for folder in journal.made_parents:", "    for folder in []:",
+           (f"{JOURNAL}::test_a_root_this_launch_made_is_removed_and_an_empty_one_that_was_there_is_kept",)),
+    Mutant("W&B: a run with no training step left never begins, its test metrics held", "lab/runtime/trainer/loggers.py",
+           "        on_test_start = on_train_start\n", "",
+           (W + "test_a_run_with_no_step_left_begins_its_wandb_run_for_the_test",)),
+    Mutant("journal: the CSV logger rewrites another run's hparams.yaml unrecorded", "lab/runtime/trainer/metrics_csv.py",
+           "                journal.before_write(Path(self.log_dir) / name)", "                pass",
+           (f"{JOURNAL}::test_train_refused_in_another_tasks_finished_run_rewrites_nothing",)),
 ]

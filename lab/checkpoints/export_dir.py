@@ -5,8 +5,9 @@ An export goes into a new or empty folder, or into one that holds only an earlie
 sibling folder, then swapped in by rename (lab.checkpoints.atomic.replace_dir), so that at no moment does the
 folder hold a mix of old and new files. Any other folder is refused in one line naming the files it would
 overwrite, before the model is loaded; `overwrite=true` writes lab's files over those of the same name and
-keeps the rest, and says which it replaced. Every file and the folder get the user's umask (safetensors
-creates its files 0600: colleagues on a shared filesystem could not read the weights).
+keeps the rest, says which it replaced, and adds no marker (the folder is not lab's alone). Every file and the
+folder get the user's umask (safetensors creates its files 0600: colleagues on a shared filesystem could not
+read the weights).
 """
 from __future__ import annotations
 
@@ -86,12 +87,13 @@ def writing(out: Path, kind: str, overwrite: bool, key: str = "out_dir", what: s
             p.chmod(0o666 & ~mask)
         tmp.chmod(0o777 & ~mask)
         if out.is_dir() and not earlier_export(out, kind) and any(out.iterdir()):  # overwrite=true: theirs stay
+            # no MARKER there: the folder is not lab's alone, so it never counts as an earlier export to replace whole
             replaced = sorted(f for f in files if (out / f).exists())
-            for f in [*files, MARKER]:
+            for f in files:
                 os.replace(tmp / f, out / f)
-            tmp.rmdir()
-            if replaced:
-                log.info("overwrite=true: replaced %s in %s", ", ".join(replaced), out)
+            log.info("overwrite=true: wrote %s into %s beside its other files%s; no %s there, as the folder is not "
+                     "lab's alone (writing there again needs overwrite=true)", ", ".join(files), out,
+                     f" (replaced {', '.join(replaced)})" if replaced else "", MARKER)
         else:
             replace_dir(tmp, out)
     finally:

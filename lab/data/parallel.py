@@ -395,15 +395,18 @@ class ParallelDataModule(LabDataModule):
         splits = self._split(loaded, report)
         del loaded
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))  # renamed into place when complete
-        tokenizer = self._tokenizer(tmp / "tokenizer.json", splits)
-        dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
-        meta = {"dtype": np.dtype(dtype).name, "splits": {}}
-        for split in ("train", "valid", "test"):
-            meta["splits"][split] = write_split(tmp, split, splits.pop(split), tokenizer, self.max_tokens, report)
-        (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
-        (tmp / "meta.json").write_text(json.dumps(meta))  # written last: marks it complete
-        publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
+        # renamed into place when complete, removed when the build fails (once published its name is gone:
+        # ignore_cleanup_errors)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-", ignore_cleanup_errors=True) as build:
+            tmp = Path(build)
+            tokenizer = self._tokenizer(tmp / "tokenizer.json", splits)
+            dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
+            meta = {"dtype": np.dtype(dtype).name, "splits": {}}
+            for split in ("train", "valid", "test"):
+                meta["splits"][split] = write_split(tmp, split, splits.pop(split), tokenizer, self.max_tokens, report)
+            (tmp / "report.json").write_text(json.dumps(report.to_dict(), ensure_ascii=False))
+            (tmp / "meta.json").write_text(json.dumps(meta))  # written last: marks it complete
+            publish_dir(tmp, out, "meta.json")  # a concurrent run (DDP rank, sweep job) that finished first wins
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:

@@ -27,7 +27,7 @@ def files(folder) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
-def test_a_folder_of_the_users_files_is_refused_before_anything_is_written(tmp_path):
+def test_a_folder_of_the_users_files_is_refused_before_anything_is_written(tmp_path, caplog):
     """The issue's case: config.json and README.md of the user's; one line naming them and the way out.
     Catches: a check that only refuses when model.safetensors is there."""
     out = tmp_path / "mine"
@@ -41,9 +41,13 @@ def test_a_folder_of_the_users_files_is_refused_before_anything_is_written(tmp_p
     assert "README.md, config.json" in line and "overwrite=true" in line
     assert files(out) == before
 
-    with writing(out, KIND, overwrite=True) as tmp:  # said explicitly: lab's names replaced, the rest kept
+    with caplog.at_level("INFO", logger="lab"), writing(out, KIND, overwrite=True) as tmp:  # lab's names replaced, the rest kept
         fake_export(tmp)
     assert (out / "README.md").read_text() == "my notes" and (out / "config.json").read_text() == '{"w": 0.0}\n'
+    # no marker in a folder of the user's: it would claim their folder as lab's
+    assert not (out / MARKER).exists() and f"no {MARKER} there" in caplog.text and "(replaced config.json)" in caplog.text
+    with pytest.raises(LabError):
+        check_out_dir(out, KIND, overwrite=False)
 
 
 def test_an_earlier_export_is_replaced_whole_and_a_failed_one_leaves_it_intact(tmp_path):

@@ -89,3 +89,29 @@ def test_a_warm_cache_is_found_by_fingerprint_without_reading_the_pairs(tmp_path
     changed = ParallelTextDataModule(str(tmp_path / "pairs.tsv"), **settings)
     with pytest.raises(AssertionError, match="read again"):
         changed.prepare_data()
+
+
+def test_a_failed_split_write_leaves_no_build_folder_and_says_why(tmp_path, monkeypatch):
+    """prepare_data writes into a temporary .build-* folder renamed into place when complete; a failure while
+    writing (every training pair too long: a DataError; the disk full: an OSError) removes it and lets the
+    error through unchanged. Catches: the temporary folder left in the cache, beside a later good build."""
+    import lab.data.parallel as parallel
+    from lab.errors import DataError
+
+    write_generated(tmp_path / "pairs.tsv", 60)
+    settings = dict(cache_dir=str(tmp_path / "cache"), vocab_size=120, valid_size=5, test_size=5)
+    with pytest.raises(DataError, match="nothing is left to train on: all 50 training pairs are longer than data.max_tokens=2"):
+        ParallelTextDataModule(str(tmp_path / "pairs.tsv"), max_tokens=2, **settings).prepare_data()
+    assert list((tmp_path / "cache").rglob(".build-*")) == []
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parallel, "write_split", disk_full)
+    with pytest.raises(OSError, match="No space left on device"):
+        ParallelTextDataModule(str(tmp_path / "pairs.tsv"), max_tokens=64, **settings).prepare_data()
+    assert list((tmp_path / "cache").rglob(".build-*")) == [] and list((tmp_path / "cache").rglob("meta.json")) == []
+    monkeypatch.undo()
+    dm = ParallelTextDataModule(str(tmp_path / "pairs.tsv"), max_tokens=64, **settings)
+    dm.prepare_data()  # a build that succeeds is published, not removed with the temporary name
+    assert len(list((tmp_path / "cache").rglob("meta.json"))) == 1 and list((tmp_path / "cache").rglob(".build-*")) == []

@@ -366,9 +366,33 @@ def _journaling_job_start(configure_log, save_config):
     return configure_log_journaled, save_config_journaled
 
 
+def _noting_missing_folders(run_job):
+    """Hydra's run_job makes the run directory with its parents: which of them were missing is noted first
+    (journal.note_missing), so that a refused run removes the folders it made (a runs or cache root too) and
+    never one that was there."""
+
+    @functools.wraps(run_job)
+    def run_job_noting(*args, **kwargs):
+        from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415
+
+        try:
+            HydraConfig.instance().set_config(kwargs["config"])  # as run_job does first: the directory may read it
+            journal.note_missing(str(OmegaConf.select(kwargs["config"], kwargs["job_dir_key"])))
+        except Exception:  # a directory that does not resolve: run_job reports it
+            journal.note_missing(None)
+        return run_job(*args, **kwargs)
+
+    run_job_noting.lab_translates = True
+    return run_job_noting
+
+
 def _install_hydra_translation() -> None:
+    import hydra._internal.hydra as hydra_run  # noqa: PLC0415 - Hydra.run calls run_job by this module's name
     import hydra._internal.utils as hydra_utils  # noqa: PLC0415 - the function hydra.main reports errors with
     import hydra.core.utils as hydra_core  # noqa: PLC0415 - run_job calls these two by their module's names
+
+    if not getattr(hydra_run.run_job, "lab_translates", False):
+        hydra_run.run_job = _noting_missing_folders(hydra_run.run_job)
 
     if not getattr(hydra_core.configure_log, "lab_translates", False):
         hydra_core.configure_log, hydra_core._save_config = _journaling_job_start(hydra_core.configure_log,

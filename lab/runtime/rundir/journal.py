@@ -2,12 +2,14 @@
 
 Between the moment Hydra enters a run's directory and the moment training starts, everything lab (and Hydra)
 writes there is recorded: the files' previous bytes, modes and times, the lengths of the logs it appends to,
-and whether the directory itself was made by this process. When the run is refused in that span (a user error:
+and whether the directory itself was made by this process, with the folders above it that this launch made
+(note_missing: a runs or cache root included). When the run is refused in that span (a user error:
 one `error:` line, exit 2), `undo` puts it all back: a directory this launch made is removed whole, one that
 belonged to another run (hydra.run.dir=<a finished run> ckpt_path=auto) keeps its status.json, config.yaml,
 .hydra/ and train.log byte for byte. `keep` ends the span: from the first training step on a run's own failure
 is recorded in its own status.json. A sweep job keeps its record always (the sweep's summary reads it).
 
+    note_missing(dir)     Hydra is about to make dir with its parents (lab.runtime.cli.errors hooks run_job)
     begin(dir)            Hydra entered dir (lab.runtime.cli.errors hooks Hydra's job start)
     before_write(path)    lab or Hydra is about to replace path
     before_append(path)   ... or to append to it
@@ -15,14 +17,13 @@ is recorded in its own status.json. A sweep job keeps its record always (the swe
     keep()                training starts (keep_from_first_step): what is written from here on stays
     undo() -> bool        refused: restore; True when something was restored
 
-W&B writes its own folder, <run dir>/wandb/, as soon as Lightning sets the loggers up (before any refusal in
-fit's setup can come): what appeared there since begin is removed and its links (latest-run, debug*.log) point
+W&B begins its run when training starts (lab.runtime.trainer.loggers), after every refusal; should anything
+else have written into <run dir>/wandb/ since begin, it is removed and its links (latest-run, debug*.log) point
 back where they did. lab.train keeps its prepared data when refused (it is content-addressed in lab's cache and
 reused by the next run, which may have taken long to prepare); lab.prepare, whose whole output it is, does not.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -40,7 +41,7 @@ class _Journal:
     run_dir: Path | None = None
     made_here: bool = False  # run_dir was created by this process: undo removes it whole
     run_dir_stat: os.stat_result | None = None  # another run's directory: its times, put back after the lock file went
-    made_parent: Path | None = None  # its parent when it holds nothing else: <runs_dir>/<name>/ (never runs_dir)
+    made_parents: list[Path] = field(default_factory=list)  # folders above it this launch made, innermost first
     files: dict[Path, tuple[bytes, os.stat_result] | None] = field(default_factory=dict)  # None: did not exist
     lengths: dict[Path, tuple[int, os.stat_result]] = field(default_factory=dict)
     new_dirs: list[Path] = field(default_factory=list)
@@ -50,12 +51,20 @@ class _Journal:
 
 
 _journal: _Journal | None = None
+_missing: list[Path] = []  # what note_missing found missing, innermost first
 TOOL_DIR = "wandb"  # W&B's folder in the run directory (conf/logger/default.yaml: its save_dir is the run directory)
 
 
 def _listing(folder: Path) -> dict[str, str | None]:
     """{name: link target or None} of what is in folder."""
     return {p.name: os.readlink(p) if p.is_symlink() else None for p in folder.iterdir()} if folder.is_dir() else {}
+
+
+def note_missing(run_dir: str | Path | None) -> None:
+    """run_dir is about to be made with its parents: the folders of it that do not exist yet are this launch's
+    (a user's empty folder that was there is not, though nothing else tells them apart afterwards). None: not known."""
+    path = Path(run_dir).absolute() if run_dir is not None else None
+    _missing[:] = [p for p in (path, *path.parents) if not p.exists()] if path is not None else []
 
 
 def begin(run_dir: str | Path) -> None:
@@ -68,8 +77,9 @@ def begin(run_dir: str | Path) -> None:
         _journal.run_dir_stat = path.stat()
     if not made_here and (path / TOOL_DIR).is_dir():
         _journal.tool_dir = (_listing(path / TOOL_DIR), (path / TOOL_DIR).stat())
-    if made_here and [p.name for p in path.parent.iterdir()] == [path.name]:  # <runs_dir>/<name>/ made for it too
-        _journal.made_parent = path.parent
+    if made_here:  # <runs_dir>/<name>/, and runs_dir itself when the launch made it
+        _journal.made_parents = [p for p in _missing if p in path.absolute().parents]
+    _missing.clear()  # noted for this directory only
     before_append(path / "train.log")  # Hydra's log file handler appends to an earlier run's log
 
 
@@ -142,9 +152,6 @@ def undo() -> bool:
     _close_log_files_under([journal.run_dir, *journal.files, *journal.lengths])
     if journal.made_here:
         shutil.rmtree(journal.run_dir, ignore_errors=True)
-        if journal.made_parent is not None:
-            with contextlib.suppress(OSError):  # something appeared there meanwhile: not ours to remove
-                journal.made_parent.rmdir()
     for path, before in journal.files.items():
         if before is None:
             path.unlink(missing_ok=True)
@@ -160,6 +167,11 @@ def undo() -> bool:
     tool_dir = _restore_tool_dir(journal)
     if journal.cache is not None:
         _remove_published(*journal.cache)
+    for folder in journal.made_parents:  # after the cache entries, which may lie under a made cache root
+        try:
+            folder.rmdir()
+        except OSError:  # something else is in it (or appeared there meanwhile): not ours to remove
+            break
     if journal.run_dir_stat is not None and journal.run_dir.is_dir():
         _restore_times_and_mode(journal.run_dir, journal.run_dir_stat)
     return journal.made_here or tool_dir or bool(journal.files or journal.lengths)

@@ -13,7 +13,7 @@ from lab.runtime.callbacks.progress import progress_bar_setting
 from lab.runtime.rundir import signals
 from lab.runtime.rundir.run_dir import RunDir
 from lab.runtime.trainer.intervals import count_optimizer_steps, fit_validation_into_budget
-from lab.runtime.trainer.loggers import finish_loggers
+from lab.runtime.trainer.loggers import finish_loggers, start_wandb_on_train_start
 from lab.runtime.trainer.resume import Resume
 from lab.runtime.trainer.strategies import job_processes, pin_child_processes_to_job
 
@@ -31,6 +31,7 @@ def build_trainer(cfg: DictConfig, datamodule, run_dir: RunDir, hyperparams: dic
     fit_validation_into_budget(cfg.trainer)
     count_optimizer_steps(cfg.trainer)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    callbacks.append(start_wandb_on_train_start())  # W&B begins with training, never for a launch refused in setup
     run_dir.pin_wandb_run(cfg)  # preemption: every launch of this run logs to one W&B run
     loggers = build_loggers(cfg)
     shards_itself = datamodule.shards_batches  # then it must not get Lightning's sampler

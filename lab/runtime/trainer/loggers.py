@@ -180,9 +180,15 @@ def step_wandb_logger():
     the interruption: RunDir.wandb_last_step, or its segments' files) are not logged again, with one line
     saying how many (lab's resume is exact: the values are the same); rows a killed attempt never wrote are
     logged again from metrics.csv before the first new one (lab.runtime.trainer.wandb_resume). Logs without a step (tables) join the row of the last step. The config
-    it logs leaves out ckpt_path when it is the run's own checkpoint, so every attempt logs the first's."""
+    it logs leaves out ckpt_path when it is the run's own checkpoint, so every attempt logs the first's.
+
+    The W&B run begins only at start() (StartWandbRun: when training starts), not when Lightning sets the loggers
+    up: a launch refused during setup in another run's directory would otherwise already have resumed that run's
+    W&B id on the server and replaced its config. What is logged before (the config, setup and sanity rows,
+    a model watch) is held and logged, in order, once the run has begun."""
     from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
+    from lightning.pytorch.loggers.logger import DummyExperiment  # noqa: PLC0415
 
     class StepWandbLogger(WandbLogger):
         def __init__(self, *args, **kwargs):
@@ -195,8 +201,38 @@ def step_wandb_logger():
                 run_id, save_dir = str(self._wandb_init["id"]), Path(self.save_dir or ".")
                 self._logged_before = max(RunDir(save_dir).wandb_last_step(run_id), last_held_step(save_dir, run_id))
                 self._first_row = True
+            self._held: list | None = []  # calls made before start(), replayed by it; None once the run has begun
+
+        @property
+        def experiment(self):
+            """The W&B run once start() has begun it; before, a stand-in that starts nothing (Lightning reads this
+            when it sets the loggers up, before the setup hooks that may still refuse the launch)."""
+            if self._held is not None:
+                return DummyExperiment()
+            return super().experiment
+
+        def start(self) -> None:
+            """Begin the W&B run (wandb.init on rank 0) and log what was held before, in order."""
+            held, self._held = self._held, None
+            if held is None:
+                return
+            _ = self.experiment
+            for call in held:
+                call()
+
+        def _hold(self, call) -> bool:
+            """True when the run has not begun: `call` is kept for start()."""
+            if self._held is not None:
+                self._held.append(call)
+            return self._held is not None
+
+        def watch(self, model, **kwargs):
+            if not self._hold(functools.partial(self.watch, model, **kwargs)):
+                super().watch(model, **kwargs)
 
         def log_metrics(self, metrics, step=None):
+            if self._hold(functools.partial(self.log_metrics, dict(metrics), step)):
+                return
             if self._first_row and step is not None:  # a row without a step (a table) is no row of training
                 self._first_row = False
                 self._relog_unwritten(int(step))
@@ -228,6 +264,8 @@ def step_wandb_logger():
                          min(rows), max(rows), len(rows))
 
         def log_hyperparams(self, params):
+            if self._hold(functools.partial(self.log_hyperparams, params)):
+                return
             if isinstance(params, dict) and is_own_resume(params):
                 params = {k: v for k, v in params.items() if k != "ckpt_path"}
             super().log_hyperparams(params)
@@ -239,6 +277,23 @@ def step_wandb_logger():
             super().finalize(status)
 
     return StepWandbLogger
+
+
+def start_wandb_on_train_start():
+    """A callback that begins the W&B run of every lab W&B logger when training starts (after Lightning's setup,
+    the checkpoint's restore and the sanity validation: the refusals a launch can still meet), or when the test
+    starts if fit had no step left to take (resumed from a checkpoint at its last step)."""
+    from lightning.pytorch.callbacks import Callback  # noqa: PLC0415
+
+    class StartWandbRun(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            for logger in trainer.loggers:
+                if isinstance(logger, step_wandb_logger()):
+                    logger.start()
+
+        on_test_start = on_train_start
+
+    return StartWandbRun()
 
 
 def wandb_logger(mode: str | None = None, name: str | None = None, group: str | None = None,

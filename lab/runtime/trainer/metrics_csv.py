@@ -12,6 +12,7 @@ import csv
 import io
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger
@@ -20,6 +21,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from lab.checkpoints.atomic import atomic_write_bytes, fsync_dir
+from lab.runtime.rundir import journal
 
 log = logging.getLogger("lab")
 
@@ -63,8 +65,6 @@ class ContinuingWriter(ExperimentWriter):
         atomic_write_bytes(self._path(), _csv_bytes(fieldnames, rows))
 
     def _path(self):
-        from pathlib import Path  # noqa: PLC0415
-
         return Path(self.metrics_file_path)
 
 
@@ -78,6 +78,8 @@ class RunCSVLogger(CSVLogger):
     @rank_zero_experiment
     def experiment(self) -> ContinuingWriter:
         if self._experiment is None:
+            for name in (ContinuingWriter.NAME_METRICS_FILE, ContinuingWriter.NAME_HPARAMS_FILE):  # a refused launch
+                journal.before_write(Path(self.log_dir) / name)  # in another run's directory puts them back
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = ContinuingWriter(log_dir=self.log_dir)
         return self._experiment

@@ -49,7 +49,7 @@ def test_a_folder_of_the_users_files_is_refused_and_left_as_it_was(tmp_path):
 
     write_outputs(after_its_test_pass("a", "b"), mine, overwrite=True)  # said explicitly: lab's names replaced, the rest kept
     after = files(mine)
-    assert after["notes.txt"] == "my notes\n" and after["test.hypothesis"] == "a\nb\n"
+    assert after["notes.txt"] == "my notes\n" and after["test.hypothesis"] == "a\nb\n" and MARKER not in after
 
 
 def test_its_own_earlier_outputs_are_replaced_whole(tmp_path):

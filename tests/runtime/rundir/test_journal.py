@@ -60,6 +60,8 @@ def test_a_directory_this_launch_made_is_removed_and_one_it_found_empty_is_kept(
     """made here (empty, modified after the process started): removed whole with its <name>/ parent; an empty
     directory that was there before the launch stays. Catches: rmtree of any empty directory entered."""
     fresh = tmp_path / "runs" / "gpt" / "2026-01-01"
+    (tmp_path / "runs").mkdir()
+    journal.note_missing(fresh)
     fresh.mkdir(parents=True)
     journal.begin(fresh)
     RunDir(fresh).write_status(state="failed")
@@ -76,6 +78,41 @@ def test_a_directory_this_launch_made_is_removed_and_one_it_found_empty_is_kept(
     assert users.is_dir() and list(users.iterdir()) == []
 
 
+def test_a_root_this_launch_made_is_removed_and_an_empty_one_that_was_there_is_kept(tmp_path):
+    """The runs (or cache) root: made by the refused launch (missing when Hydra was about to make the run
+    directory), it goes; the user's own empty root, dated as if made just now (the run directory made in it
+    changed its time), stays. Catches: a root removed because it is empty, or kept because it is a root."""
+    made = tmp_path / "new_root" / "gpt" / "2026-01-01"
+    journal.note_missing(made)
+    made.mkdir(parents=True)
+    journal.begin(made)
+    RunDir(made).write_status(state="failed")
+    assert journal.undo() is True and sorted(p.name for p in tmp_path.iterdir()) == []
+
+    users = tmp_path / "users_root"
+    users.mkdir()
+    run = users / "gpt" / "2026-01-01"
+    journal.note_missing(run)
+    run.mkdir(parents=True)
+    journal.begin(run)
+    assert journal.undo() is True and users.is_dir() and list(users.iterdir()) == []
+
+
+def test_a_refused_train_or_prepare_removes_the_roots_it_made(tmp_path):
+    """As a user runs it: lab.train with LAB_RUNS_DIR a folder that does not exist yet, refused by its config,
+    leaves no runs folder; lab.prepare refused the same way with a new LAB_CACHE_DIR (its log folder lies
+    under it) leaves no cache folder; a runs folder that was there stays. Catches: Hydra's run_job not hooked."""
+    args = [*TINY_LM, "data.batch_size=0"]
+    refused = run_module("lab.train", args, tmp_path / "new_runs")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("error: data.batch_size=0")
+    refused = run_module("lab.prepare", args, tmp_path / "runs", env={"LAB_CACHE_DIR": str(tmp_path / "new_cache")})
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("error: data.batch_size=0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "runs").mkdir()
+    assert run_module("lab.train", args, tmp_path / "runs").returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and list((tmp_path / "runs").iterdir()) == []
+
+
 def test_after_keep_a_failure_is_the_runs_own(tmp_path):
     """Once training has started (keep), nothing is undone: the run's status.json records its failure."""
     run_dir = an_earlier_run(tmp_path / "run")
@@ -90,7 +127,8 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     """The issue's data loss: `lab.train <another task> hydra.run.dir=<a completed LM run> ckpt_path=auto` is
     refused in one line and the run keeps status.json (completed), config.yaml, .hydra/overrides.yaml, train.log
     exactly, with no lock file left; a refusal during setup (model.init_from not a model directory, found when
-    training starts) leaves no run directory. Catches: undo not called by user_errors_exit."""
+    training starts) leaves no run directory, and one in the finished run's own directory leaves it as it was.
+    Catches: undo not called by user_errors_exit; the CSV logger's hparams.yaml rewritten unrecorded."""
     run = tmp_path / "lm"
     train([*TINY_LM, "trainer.max_steps=2", "trainer.val_check_interval=2", "test=false", f"hydra.run.dir={run}"], tmp_path)
     before, modified = snapshot(run), run.stat().st_mtime_ns
@@ -104,7 +142,15 @@ def test_train_refused_in_another_tasks_finished_run_rewrites_nothing(tmp_path):
     assert snapshot(run) == before and run.stat().st_mtime_ns == modified  # the lock file came and went
     assert OmegaConf.load(run / ".hydra" / "overrides.yaml")[0] == TINY_LM[0]
 
+    # refused later, in Lightning's setup (init_from is read when training starts): the CSV logger had rewritten
+    # the run's csv/hparams.yaml with this launch's config
     (tmp_path / "not_a_model.safetensors").write_bytes(b"junk")
+    in_setup = run_module("lab.train", [*TINY_LM, "trainer.max_steps=4", "trainer.val_check_interval=2", "test=false",
+                                        f"hydra.run.dir={run}", "ckpt_path=auto",
+                                        f"model.init_from={tmp_path / 'not_a_model.safetensors'}"], tmp_path)
+    assert in_setup.returncode == 2 and "not_a_model.safetensors" in in_setup.stderr.strip().splitlines()[-1]
+    assert snapshot(run) == before and run.stat().st_mtime_ns == modified
+
     refused = run_module("lab.train", [*TINY_LM, f"model.init_from={tmp_path / 'not_a_model.safetensors'}"], tmp_path)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "not_a_model.safetensors" in refused.stderr.strip().splitlines()[-1]
@@ -154,6 +200,7 @@ def test_take_back_cache_entries_removes_what_this_launch_published_and_nothing_
     earlier.mkdir(parents=True)
     write_once(cache / "classification" / "theirs" / "split.json", "theirs")
     log_dir = cache / "prepare-logs" / "now"
+    journal.note_missing(log_dir)  # as Hydra's run_job is hooked to
     log_dir.mkdir(parents=True)
     journal.begin(log_dir)
     journal.take_back_cache_entries(cache)

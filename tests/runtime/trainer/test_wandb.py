@@ -196,6 +196,7 @@ def test_resumed_logger_skips_steps_the_earlier_attempt_logged_and_keeps_its_con
             logged.append((step, sorted(row)))
 
     logger._experiment = Experiment()
+    logger.start()  # what StartWandbRun does when training starts
     for step in (6, 7, 8):
         logger.log_metrics({"train/loss": 1.0}, step=step)
     logger.log_metrics({"samples": 2.0})  # no step: joins the last row
@@ -252,12 +253,14 @@ def test_steps_a_killed_attempt_never_wrote_are_logged_again_on_resume(tmp_path,
     monkeypatch.setenv("WANDB_SILENT", "true")
     expected = write_metrics_csv(tmp_path, range(15))
     killed = step_wandb_logger()(save_dir=str(tmp_path), id="kill123", mode="offline", project="lab")
+    killed.start()
     for row in expected:
         if row["step"] <= 9:
             killed.log_metrics({k: v for k, v in row.items() if k != "step" and v != ""}, step=row["step"])
     killed.experiment.finish()  # what a killed segment holds: the rows W&B wrote before the kill
     wandb.teardown()  # W&B's service writes the file out when it stops
     resumed = step_wandb_logger()(save_dir=str(tmp_path), id="kill123", mode="offline", project="lab")
+    resumed.start()
     later = metric_rows(range(15, 20))
     with caplog.at_level("INFO", logger="lab"):
         for row in later:
@@ -285,6 +288,7 @@ def test_a_wandb_file_cut_by_a_kill_reads_up_to_its_last_whole_record(tmp_path, 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     logger = step_wandb_logger()(save_dir=str(tmp_path), id="cut123", mode="offline", project="lab")
+    logger.start()
     for step in range(40):
         logger.log_metrics({"train/loss": float(step)}, step=step)
     logger.experiment.finish()
@@ -309,3 +313,117 @@ def test_a_sweep_jobs_tags_are_its_choices_and_its_name_carries_the_variant():
                                                      "ckpt_path=/r/1/checkpoints/last.ckpt", "+task.optimizer.lr=" + "1" * 100], 4)
     assert tags == ["model.positions=rotary", "+task.optimizer.lr=" + "1" * 45]
     assert name.startswith("gpt_nano_char-4 positions=rotary seed=2 seed=3 lr=111") and len(name) == 128
+
+
+class RecordedRun:
+    """What wandb.init returns in the tests below: records the config and rows lab sends, starts nothing."""
+
+    def __init__(self, calls: list, **init):
+        self.id, self.starting_step, self.rows, self.config_updates = init.get("id"), 0, [], []
+        self.config = type("Config", (), {"update": lambda _, params, **kw: self.config_updates.append(params)})()
+        calls.append(init)
+
+    def log(self, row, step=None):
+        self.rows.append((step, row))
+
+    def watch(self, model, **kwargs):
+        self.rows.append(("watch", type(model).__name__))
+
+
+def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool, **trainer_settings):
+    """lab's build_trainer (callbacks, loggers, config logging) with W&B offline in run_dir, wandb.init replaced
+    by a recorder, and a two-step model that logs from its setup and sanity validation; refuse_in_setup: its
+    setup hook raises a LabError, as model.init_from or a resumed checkpoint's checks do. -> (init calls, logger)."""
+    import lightning.pytorch as pl
+    import torch
+    import wandb
+    from omegaconf import OmegaConf
+
+    from lab.errors import LabError
+    from lab.runtime.rundir.run_dir import RunDir
+    from lab.runtime.trainer.fitting import build_trainer
+
+    calls: list[dict] = []
+    monkeypatch.setattr(wandb, "init", lambda **init: RecordedRun(calls, **init))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+
+    class TwoSteps(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def setup(self, stage):
+            self.logger.log_metrics({"setup/tokens": 7.0}, step=0)
+            self.logger.watch(self.layer)
+            if refuse_in_setup:
+                raise LabError("model.init_from=x is not a model directory")
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("train/loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val/loss", self.layer(batch[0]).pow(2).mean())
+
+        def test_step(self, batch, batch_idx):
+            self.log("test/loss", self.layer(batch[0]).pow(2).mean())
+
+        def on_validation_epoch_end(self):
+            if self.trainer.sanity_checking:
+                self.logger.log_text(key="samples", columns=["text"], data=[["sanity"]])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    cfg = OmegaConf.create({
+        "trainer": {"_target_": "lightning.pytorch.Trainer", "max_steps": 2, "val_check_interval": 2, "log_every_n_steps": 1,
+                    "accelerator": "cpu", "enable_checkpointing": False, "enable_model_summary": False,
+                    "num_sanity_val_steps": 1, **trainer_settings},
+        "logger": {"wandb": {"_target_": "lab.runtime.trainer.loggers.wandb_logger", "mode": "offline", "project": "lab",
+                             "name": "mine", "save_dir": str(run_dir)}}})
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+    trainer, loggers = build_trainer(cfg, type("Data", (), {"shards_batches": False})(), RunDir(run_dir), {"lr": 0.1})
+    try:
+        trainer.fit(module := TwoSteps(), train_dataloaders=data, val_dataloaders=data)
+        trainer.test(module, dataloaders=data)
+    except LabError:
+        assert refuse_in_setup
+    return calls, loggers[0]
+
+
+def test_a_launch_refused_in_setup_never_starts_the_other_runs_wandb_run(tmp_path, monkeypatch):
+    """In another run's directory lab logs to that run's W&B id; a refusal in Lightning's setup hooks (after the
+    trainer and its loggers were built) must not call wandb.init at all: online, that init resumes their run on
+    the server and replaces its config. Catches: W&B begun when the loggers are built or set up (as Lightning's
+    own `_ = logger.experiment` in its setup does) instead of at the first training step."""
+    (tmp_path / "wandb_id").write_text("theirs01\n")
+    calls, logger = fit_with_lab_trainer(tmp_path, monkeypatch, refuse_in_setup=True)
+    assert calls == [] and logger._experiment is None
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_a_run_logs_its_config_and_every_row_held_from_before_training_started(tmp_path, monkeypatch):
+    """W&B begins when training starts, once, with the run directory's own id (resume allowed), and then gets
+    everything logged before in order: the config build_trainer logged, the setup hook's row and model watch,
+    the sanity validation's table, then training's steps 0 and 1. Catches: held calls dropped instead of replayed
+    (the config and step-0 setup row never reach W&B)."""
+    (tmp_path / "wandb_id").write_text("mine0001\n")
+    calls, logger = fit_with_lab_trainer(tmp_path, monkeypatch, refuse_in_setup=False)
+    assert [(c["id"], c["resume"]) for c in calls] == [("mine0001", "allow")]
+    run = logger._experiment
+    assert run.config_updates[0] == {"lr": 0.1}
+    assert run.rows[:3] == [(0, {"setup/tokens": 7.0, "trainer/global_step": 0}), ("watch", "Linear"),
+                            (0, {"samples": run.rows[2][1]["samples"], "trainer/global_step": 0})]
+    train_steps = [step for step, row in run.rows if "train/loss" in row]
+    assert train_steps == [0, 1], run.rows
+
+
+def test_a_run_with_no_step_left_begins_its_wandb_run_for_the_test(tmp_path, monkeypatch):
+    """Resumed from a checkpoint at its last step (here: no training batch), fit takes no step and never calls
+    on_train_start; the test that follows still begins the W&B run and logs its metrics and the held config.
+    Catches: W&B begun only at the first training step, the test metrics held and never logged."""
+    calls, logger = fit_with_lab_trainer(tmp_path, monkeypatch, refuse_in_setup=False, limit_train_batches=0)
+    run = logger._experiment
+    assert len(calls) == 1 and run.config_updates[0] == {"lr": 0.1}
+    assert [row for _, row in run.rows if "test/loss" in row], run.rows
