@@ -71,7 +71,7 @@ MUTANTS = [
            "k if k in queue_keys else f\"{self._EXECUTOR}_{k}\"", "k",
            [LAUNCHER + "::test_slurm_rung_settings_take_the_executors_prefix"]),
     Mutant("ladder: a misspelt launcher setting is accepted", "lab/runtime/cli/ladder.py",
-           "unknown = sorted(set(settings) - set(launcher_keys))", "unknown = []",
+           "unknown = sorted(set(settings) - set(launcher))", "unknown = []",
            [LAUNCHER + "::test_unknown_rung_setting_is_one_error_line_before_any_job"]),
     Mutant("ladder: unused launcher settings are silent", "lab/runtime/cli/ladder.py",
            "if not target.startswith(PER_JOB_LAUNCHERS):", "if False:",

@@ -188,7 +188,19 @@ def step_wandb_logger():
     a model watch) is held and logged, in order, once the run has begun."""
     from lightning.fabric.utilities.logger import _add_prefix  # noqa: PLC0415
     from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415
-    from lightning.pytorch.loggers.logger import DummyExperiment  # noqa: PLC0415
+
+    class HeldExperiment:
+        """What `logger.experiment` is before the W&B run begins: a call made on it (a user's
+        `self.logger.experiment.log(...)` in a setup hook, say) is held with the logger's own and made on the run,
+        in order, once it has begun. Attribute reads other than calls have no value yet."""
+
+        def __init__(self, hold) -> None:
+            self._hold = hold
+
+        def __getattr__(self, name: str):
+            if name.startswith("__"):  # copy, pickle and friends probing for protocols: not a W&B call
+                raise AttributeError(name)
+            return lambda *args, **kwargs: self._hold(name, args, kwargs)
 
     class StepWandbLogger(WandbLogger):
         def __init__(self, *args, **kwargs):
@@ -205,10 +217,12 @@ def step_wandb_logger():
 
         @property
         def experiment(self):
-            """The W&B run once start() has begun it; before, a stand-in that starts nothing (Lightning reads this
-            when it sets the loggers up, before the setup hooks that may still refuse the launch)."""
+            """The W&B run once start() has begun it; before, a stand-in that starts nothing and holds the calls made
+            on it (Lightning reads this when it sets the loggers up, before the setup hooks that may still refuse
+            the launch)."""
             if self._held is not None:
-                return DummyExperiment()
+                return HeldExperiment(lambda name, args, kwargs: self._hold(
+                    lambda: getattr(self.experiment, name)(*args, **kwargs)))
             return super().experiment
 
         def start(self) -> None:

@@ -355,6 +355,7 @@ def fit_with_lab_trainer(run_dir: Path, monkeypatch, refuse_in_setup: bool, **tr
         def setup(self, stage):
             self.logger.log_metrics({"setup/tokens": 7.0}, step=0)
             self.logger.watch(self.layer)
+            self.logger.experiment.log({"user/early": 1.0})  # a user's own call on the run, before it began
             if refuse_in_setup:
                 raise LabError("model.init_from=x is not a model directory")
 
@@ -405,16 +406,17 @@ def test_a_launch_refused_in_setup_never_starts_the_other_runs_wandb_run(tmp_pat
 
 def test_a_run_logs_its_config_and_every_row_held_from_before_training_started(tmp_path, monkeypatch):
     """W&B begins when training starts, once, with the run directory's own id (resume allowed), and then gets
-    everything logged before in order: the config build_trainer logged, the setup hook's row and model watch,
-    the sanity validation's table, then training's steps 0 and 1. Catches: held calls dropped instead of replayed
+    everything logged before in order: the config build_trainer logged, the setup hook's row, model watch and
+    a user's own call on logger.experiment, the sanity validation's table, then training's steps 0 and 1. Catches: held calls dropped instead of replayed
     (the config and step-0 setup row never reach W&B)."""
     (tmp_path / "wandb_id").write_text("mine0001\n")
     calls, logger = fit_with_lab_trainer(tmp_path, monkeypatch, refuse_in_setup=False)
     assert [(c["id"], c["resume"]) for c in calls] == [("mine0001", "allow")]
     run = logger._experiment
     assert run.config_updates[0] == {"lr": 0.1}
-    assert run.rows[:3] == [(0, {"setup/tokens": 7.0, "trainer/global_step": 0}), ("watch", "Linear"),
-                            (0, {"samples": run.rows[2][1]["samples"], "trainer/global_step": 0})]
+    assert run.rows[:4] == [(0, {"setup/tokens": 7.0, "trainer/global_step": 0}), ("watch", "Linear"),
+                            (None, {"user/early": 1.0}),
+                            (0, {"samples": run.rows[3][1]["samples"], "trainer/global_step": 0})]
     train_steps = [step for step, row in run.rows if "train/loss" in row]
     assert train_steps == [0, 1], run.rows
 
