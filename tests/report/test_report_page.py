@@ -158,12 +158,48 @@ def test_a_diverged_runs_record_has_null_where_its_loss_was_nan(tmp_path):
     json.dumps(rec, allow_nan=False)  # valid JSON: no NaN literal
 
 
+def _killed_and_resumed(run):
+    """Run `run`'s status.json as lab.runtime.sweeps.jobs writes it (RunDir.write_status): attempt 1 started and
+    was SIGKILLed after logging step 19 (no end written), attempt 2 resumed from its step-10 checkpoint and completed."""
+    from lab.runtime.rundir.run_dir import RunDir
+
+    rows = (run / "csv" / "metrics.csv").read_text()
+    (run / "csv" / "metrics.csv").write_text(rows.split("\n", 1)[0] + "\n")  # attempt 1 starts with no rows yet
+    status = RunDir(run)
+    status.write_status(state="running", attempts=1, pid=101, host="hostA", started="2026-01-01T00:00:00+00:00")
+    (run / "csv" / "metrics.csv").write_text(rows)
+    status.write_status(state="running", attempts=2, pid=202, host="hostA", resumed_from=10)
+    status.write_status(state="completed")
+
+
+def test_a_runs_record_has_its_state_history_with_a_killed_attempt_named(tmp_path):
+    """The drill-down showed only the last state and "attempts: 2": when each attempt ran, in which process, from
+    which step, and that attempt 1 was killed (it wrote no end) were not in the page."""
+    from lab.report import runs_view
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    _killed_and_resumed(root / "1")
+    (root / "0" / "status.json").write_text(json.dumps({"state": "completed", "attempts": 1}))  # before history existed
+    recs = {r["name"]: r for r in runs_view.records(collect([root]))["runs"]}
+    history = json.loads((root / "1" / "status.json").read_text())["history"]
+    at = [e["at"].replace("T", " ").replace("+00:00", " UTC") for e in history]
+    assert recs["1"]["timeline"] == [
+        [at[0], "attempt 1 started (pid 101 on hostA)"],
+        ["", "attempt 1: no end recorded (killed or crashed), metrics logged to step 19"],
+        [at[1], "attempt 2 resumed from step 10 (pid 202 on hostA)"],
+        [at[2], "attempt 2 completed at step 19"]]
+    assert recs["1"]["resumes"] == [[10, 2]]
+    assert recs["0"]["timeline"] == [["", "no state history recorded (a status.json from before lab kept one): "
+                                          "finished, 1 attempt"]] and recs["0"]["resumes"] == []
+
+
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
 def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_record(tmp_path):
     """In the page: `lr=0.003 seed!=1` keeps runs 4 and 5; grouped by task.optimizer.lr and sorted by seed
     descending the order is 2 1 0 | 5 4 3 under two group rows; clicking run 4 shows its config, state and a
     drawn curve."""
     root = _ablation(tmp_path / "runs")
+    _killed_and_resumed(root / "4")
     probe = ("<script>setTimeout(()=>{const b=document.body,rows=[...document.querySelectorAll('table.runs tbody tr[data-run]')];"
              "b.dataset.filtered=labRunsFilter('lr=0.003 seed!=1').map(i=>rows[i].cells[0].textContent).join(' ');"
              "document.getElementById('runs-group').value='task.optimizer.lr';document.getElementById('runs-sort').value='seed';"
@@ -171,7 +207,10 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
              "b.dataset.order=labRunsOrder.join(' ');"
              "b.dataset.groups=[...document.querySelectorAll('table.runs tr.group')].map(r=>r.textContent).join('|');"
              "rows.find(r=>r.cells[0].textContent==='4').click();"
-             "setTimeout(()=>{b.dataset.drawn=document.querySelectorAll('#run-curve-plot .main-svg').length},500)},3000)</script>")
+             "setTimeout(()=>{const p=document.getElementById('run-curve-plot');b.dataset.drawn=p.querySelectorAll('.main-svg').length;"
+             "b.dataset.attempts=p.data.map(t=>t.name+':'+t.x.join(',')).join(' ');"
+             "b.dataset.marks=p.layout.shapes.map(s=>s.x0).join(',')+' '+p.layout.annotations.map(a=>a.text).join(',');"
+             "b.dataset.history=[...document.querySelectorAll('#run-detail ol.run-history li')].map(l=>l.textContent).join('|')},500)},3000)</script>")
     dom, attr = _probed(root, probe, tmp_path / "p")
     assert attr("filtered") == "4 5"
     assert attr("order") == "2 1 0 5 4 3"
@@ -179,6 +218,11 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
     detail = re.search(r'<div id="run-detail" data-run="4">.*?</details>', dom, re.S).group(0)
     assert "<td>task.optimizer.lr</td><td>0.003</td>" in detail and "<td>state</td><td>finished</td>" in detail
     assert int(attr("drawn")) >= 1
+    # its state history, and its curve in one part per attempt with a line where attempt 2 resumed (step 10)
+    history = attr("history").split("|")
+    assert len(history) == 4 and history[0].endswith("attempt 1 started (pid 101 on hostA)")
+    assert history[1] == "attempt 1: no end recorded (killed or crashed), metrics logged to step 19"
+    assert attr("attempts") == "attempt 1:9 attempt 2:19" and attr("marks") == "10 attempt 2 resumed"
 
 
 # ---------------------------------------------------------------------------------------------- --serve (item 6)
