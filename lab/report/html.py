@@ -20,7 +20,9 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}tr.best td{b
 .examples{display:flex;gap:8px;flex-wrap:wrap}.example{width:420px;border:1px solid #ddd;padding:4px 8px;font-size:12px}
 .example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}
 tr.group td{background:#f6f6f6;font-weight:600;text-align:left}table.runs tbody tr:hover td{background:#eef4fb}
-#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}"""
+ol.run-history{font-size:13px}.run-history .when{color:#555}#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}
+.table-scroll{overflow-x:auto;max-width:100%}.table-scroll td:first-child,.table-scroll th:first-child{position:sticky;left:0;z-index:1}
+.table-scroll td:first-child{background:#fff}.table-scroll tr.best td:first-child{background:#e3f4e1}.table-scroll tr.group td{background:#f6f6f6}"""
 
 # Collect script errors into the page and count charts drawn, before any chart code runs.
 PROBE = """<script>window.labErrors=[];window.addEventListener('error',e=>{window.labErrors.push(String(e.message));
@@ -72,7 +74,10 @@ def table(t: Table) -> str:
     for i, row in enumerate(t.rows):
         cells = "".join(f"<td{'' if c.value is None else f' data-value={c.value!r}'}>{html.escape(c.text)}</td>" for c in row)
         rows.append(f"<tr{' class=best' if i in t.highlight else ''}>{cells}</tr>")
-    return f'<table class="{t.name}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # wider than the page (many factors, long preset names): the table scrolls inside its box with its first
+    # column (the variant or run) kept in view, as W&B's and TensorBoard's run tables do; the page never scrolls sideways
+    return (f'<div class="table-scroll"><table class="{t.name}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            '</tbody></table></div>')
 
 
 def _chart(i: int, title: str, fig, curve: bool) -> str:
