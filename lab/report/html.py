@@ -33,7 +33,7 @@ const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' ')
 # debiased exponential moving average of each mean and seed curve, and of the band's two edges; off by default,
 # and only of the traces charts.smoothable marks: dense training curves, never a compared value or the lr) and
 # the seeds' own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
-# applied once every chart is drawn.
+# applied once every chart is drawn; the runs table's filter, sort and group share the address (runs_view).
 CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
 </option>{options}</select>
 smoothing of dense training curves <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
@@ -58,12 +58,13 @@ b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?nu
 lay['shapes[0].visible']=x!==null;if(x!==null)lay['shapes[0].x0']=lay['shapes[0].x1']=x}
 Plotly.relayout(div,lay)}});
 document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0);
-history.replaceState(null,'','#x='+axis+'&smooth='+w+'&seeds='+(seeds?1:0))}
+const h=new URLSearchParams(location.hash.slice(1));h.set('x',axis);h.set('smooth',w);h.set('seeds',seeds?1:0);
+history.replaceState(null,'','#'+h)}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
 if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
 const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value===h.get('x')))sel.value=h.get('x');
 if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
-if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
+if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if(['x','smooth','seeds'].some(k=>h.has(k)))labControls()}
 </script>"""
 AXIS_NAMES = {"tokens": "tokens seen", "flops": "training FLOPs", "time": "training time (s)"}
 

@@ -111,7 +111,9 @@ placeholder="lr=0.001 seed!=1 n_layers>2 or any text"> sort by <select id="runs-
 
 # Terms of the filter: `key=value`, `key!=value`, `key<number`, `key>number` (key: a config key, its last part,
 # or a column's header), else text any of the row's cells or config values contains. Sorting and grouping take
-# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column.
+# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column. The four
+# controls are kept in the address (report.html#filter=lr%3D0.001&sort=seed&order=-1&group=col%3A1), beside the
+# curve controls: a reload (--watch, --serve) or a shared link shows the same rows.
 SCRIPT = """<script>
 (()=>{const D=LABRUNS,table=document.querySelector('table.runs');if(!table)return;const body=table.tBodies[0],
 rows=[...body.rows],heads=[...table.tHead.rows[0].cells].map(c=>c.textContent),extra=document.createElement('th');
@@ -143,6 +145,8 @@ h=body.insertRow(-1);h.className='group';const c=h.insertCell();c.colSpan=heads.
 c.textContent=(g.startsWith('col:')?heads[+g.slice(4)]:g)+' = '+v+' ('+n+' run'+(n>1?'s':'')+')'}}
 r.cells[heads.length].textContent=shownKey?String(val(i,shownKey)):'';r.hidden=false;body.appendChild(r)});
 document.getElementById('runs-shown').textContent=shown.length+' of '+rows.length+' runs shown';
+const h=new URLSearchParams(location.hash.slice(1));[['filter',f],['sort',s],['order',dir>0?'':'-1'],['group',g]].forEach(
+([k,v])=>v?h.set(k,v):h.delete(k));history.replaceState(null,'',h.toString()?'#'+h:location.pathname+location.search);
 window.labRunsOrder=shown.map(i=>D.runs[i].name)};
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'})[c]);
 window.labRunDetail=(i)=>{const r=D.runs[i],d=document.getElementById('run-detail'),cols=Object.keys(r.curves);
@@ -168,6 +172,9 @@ shapes:r.resumes.map(m=>({type:'line',xref:'x',yref:'paper',x0:m[0],x1:m[0],y0:0
 annotations:r.resumes.map(m=>({xref:'x',yref:'paper',x:m[0],y:1,yanchor:'bottom',showarrow:false,font:{size:10},
 text:'attempt '+m[1]+' resumed'}))},{responsive:true,displaylogo:false})};
 if(cols.length){document.getElementById('run-curve').onchange=draw;draw()}d.scrollIntoView()};
+const h=new URLSearchParams(location.hash.slice(1)),set=(id,k)=>{const e=document.getElementById(id),v=h.get(k);
+if(v!==null&&(e.tagName!=='SELECT'||[...e.options].some(o=>o.value===v)))e.value=v};
+set('runs-filter','filter');set('runs-sort','sort');set('runs-order','order');set('runs-group','group');
 labRunsView()})();</script>"""
 
 

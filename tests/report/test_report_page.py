@@ -225,6 +225,26 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
     assert attr("attempts") == "attempt 1:9 attempt 2:19" and attr("marks") == "10 attempt 2 resumed"
 
 
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_the_runs_tables_filter_sort_and_group_survive_a_reload(tmp_path):
+    """A reload (--watch, --serve) or a shared link lost the runs table's filter, sort and group: the first load
+    sets them and the smoothing, then reloads; the second reads back the controls, the rows shown and the address."""
+    root = _ablation(tmp_path / "runs")
+    probe = ("<script>setTimeout(()=>{const b=document.body,e=id=>document.getElementById(id);"
+             "if(!sessionStorage.getItem('reloaded')){sessionStorage.setItem('reloaded','1');e('runs-filter').value='seed!=1';e('runs-sort').value='seed';"
+             "e('runs-order').value='-1';e('runs-group').value='task.optimizer.lr';labRunsView();"
+             "e('smooth').value='0.5';labControls();location.reload();return}"
+             "b.dataset.controls=['runs-filter','runs-sort','runs-order','runs-group','smooth'].map(i=>e(i).value).join('|');"
+             "b.dataset.order=labRunsOrder.join(' ');b.dataset.hash=location.hash},3000)</script>")
+    _, attr = _probed(root, probe, tmp_path / "p")
+    assert attr("controls") == "seed!=1|seed|-1|task.optimizer.lr|0.5"
+    assert attr("order") == "2 1 5 4"  # lr=0.001's seeds 3 2, then lr=0.003's, seed 1 filtered out
+    from urllib.parse import parse_qs
+
+    assert parse_qs(attr("hash")[1:]) == {"filter": ["seed!=1"], "sort": ["seed"], "order": ["-1"],
+                                          "group": ["task.optimizer.lr"], "x": ["step"], "smooth": ["0.5"], "seeds": ["0"]}
+
+
 # ---------------------------------------------------------------------------------------------- --serve (item 6)
 
 
