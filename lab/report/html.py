@@ -121,11 +121,18 @@ def examples(report: Report) -> list[str]:
 LIVE_RELOAD_S = 5
 
 
-# Served by `lab.report --serve`: the page asks the server every SERVE_POLL_S seconds for the report's version
-# (serve.VERSION_PATH) and reloads itself when it changed; opened from a file, the request fails and nothing happens.
+# Served by `lab.report --serve`: the page listens to the server's event stream (serve.EVENTS_PATH), which sends the
+# report's version after each render, and reloads itself when it changed. After SERVE_FAILS failures in a row
+# (EventSource retries by itself in between), or one it does not retry (an http error), it asks for the version
+# (serve.VERSION_PATH) every SERVE_POLL_S seconds instead (window.labLive says which). Opened from a file: neither.
 SERVE_POLL_S = 2
-SERVE_POLL = ("<script>(()=>{let seen=null;setInterval(()=>fetch('{path}',{cache:'no-store'}).then(r=>r.ok?r.text():null)"
-              ".then(v=>{if(v===null)return;if(seen!==null&&v!==seen)location.reload();seen=v}).catch(()=>{}),{ms})})()</script>")
+SERVE_FAILS = 3
+SERVE_LIVE = ("<script>(()=>{if(location.protocol==='file:')return;let seen=null,fails=0;"
+              "const see=v=>{if(seen!==null&&v!==seen)location.reload();seen=window.labLiveVersion=v};"
+              "const poll=()=>{window.labLive='polling';setInterval(()=>fetch('{version}',{cache:'no-store'})"
+              ".then(r=>r.ok?r.text():null).then(v=>{if(v!==null)see(v)}).catch(()=>{}),{ms})};"
+              "if(!window.EventSource)return poll();window.labLive='events';const es=new EventSource('{events}');"
+              "es.onmessage=e=>{fails=0;see(e.data)};es.onerror=()=>{if(es.readyState===2||++fails>={fails}){es.close();poll()}}})()</script>")
 
 
 def render(report: Report, live: bool = False, served: bool = False) -> str:
@@ -134,7 +141,7 @@ def render(report: Report, live: bool = False, served: bool = False) -> str:
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
 
     from lab.report import runs_view  # noqa: PLC0415
-    from lab.report.serve import VERSION_PATH  # noqa: PLC0415
+    from lab.report.serve import EVENTS_PATH, VERSION_PATH  # noqa: PLC0415
 
     title = html.escape(report.title)
     by_name = {t.name: t for t in report.tables}
@@ -142,7 +149,8 @@ def render(report: Report, live: bool = False, served: bool = False) -> str:
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
         f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live and not served else "",
-        SERVE_POLL.replace("{path}", VERSION_PATH).replace("{ms}", str(SERVE_POLL_S * 1000)) if served else "",
+        SERVE_LIVE.replace("{version}", VERSION_PATH).replace("{events}", EVENTS_PATH).replace("{ms}", str(SERVE_POLL_S * 1000))
+        .replace("{fails}", str(SERVE_FAILS)) if served else "",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import select
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -249,7 +253,8 @@ def test_browser_the_runs_tables_filter_sort_and_group_survive_a_reload(tmp_path
 
 
 def test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_writes(tmp_path):
-    """There was no way to have the open page follow a sweep but --watch's reload every 5 s of a file."""
+    """There was no way to have the open page follow a sweep but --watch's reload every 5 s of a file; then the
+    page asked the server every 2 s. Now the server pushes each new version on an event stream."""
     root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
     proc = subprocess.Popen([sys.executable, "-m", "lab.report", str(root), "--serve", "0", "--wandb", "off"], cwd=ROOT,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -262,16 +267,35 @@ def test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_w
             assert line, "lab.report --serve exited before serving"
         url = re.search(r"serving (http://127\.0\.0\.1:(\d+)/report\.html) \(", line).group(1)
         page = urllib.request.urlopen(url, timeout=30).read().decode()
-        assert '<meta name="generator" content="lab.report">' in page and "fetch('.lab_report_version'" in page
+        assert '<meta name="generator" content="lab.report">' in page and "new EventSource('.lab_report_events')" in page
+        assert "fetch('.lab_report_version'" in page  # the fallback
+        # the page is revalidated on every load (no stale copy from the browser's cache), and costs a 304 when unchanged
+        got = urllib.request.urlopen(url, timeout=30)
+        assert got.headers["Cache-Control"] == "no-cache"
+        with pytest.raises(urllib.error.HTTPError) as unchanged:
+            urllib.request.urlopen(urllib.request.Request(url, headers={"If-None-Match": got.headers["ETag"]}), timeout=30)
+        assert unchanged.value.code == 304
+        # a render within the second of the copy held is new all the same (Last-Modified alone said 304)
+        again = urllib.request.Request(url, headers={"If-None-Match": '"0-0"', "If-Modified-Since": got.headers["Last-Modified"]})
+        assert urllib.request.urlopen(again, timeout=30).status == 200
         version = url.replace("report.html", ".lab_report_version")
         first = urllib.request.urlopen(version, timeout=30).read().decode()
         assert first == str((root / "report.html").stat().st_mtime_ns)
+        events = urllib.request.urlopen(url.replace("report.html", ".lab_report_events"), timeout=30)
+        assert events.headers["Content-Type"] == "text/event-stream"
+
+        def next_event() -> str:  # the next `data:` line of the stream (keep-alive comments skipped)
+            while not (line := events.readline().decode()).startswith("data: "):
+                assert line, "the event stream ended"
+            return line.removeprefix("data: ").strip()
+
+        assert next_event() == first  # the version at once, on connecting
         with open(root / "0" / "csv" / "metrics.csv", "a") as f:  # the run writes a row: re-rendered
             f.write("29,,3.4,\n")
-        deadline = time.monotonic() + 60
-        while urllib.request.urlopen(version, timeout=30).read().decode() == first:
-            assert time.monotonic() < deadline, "not re-rendered after a run wrote"
-            time.sleep(0.5)
+        pushed = next_event()  # pushed by the server when the render is done, nothing asked again
+        assert pushed != first and pushed == str((root / "report.html").stat().st_mtime_ns)
+        assert urllib.request.urlopen(version, timeout=30).read().decode() == pushed
+        events.close()
     finally:
         killer.cancel()
         proc.kill()
@@ -293,3 +317,94 @@ def test_serve_refuses_a_port_in_use_in_one_line_and_writes_nothing(tmp_path, ca
     assert err == [f"error: --serve {port}: cannot listen on 127.0.0.1:{port} (Address already in use); pass another "
                    "port, or 0 for any free one"]
     assert not (root / "report.html").exists()
+
+
+class _Chromium:
+    """Headless Chromium driven over --remote-debugging-pipe (fds 3 and 4, NUL-terminated JSON; the standard
+    library only): a page that stays open while a server pushes to it, which --dump-dom cannot wait for."""
+
+    def __init__(self, profile: Path):
+        child_in, self._out = os.pipe()
+        self._in, child_out = os.pipe()
+
+        def fds():  # the child's fds 3 and 4, inheritable (dup2 onto a new number clears close-on-exec)
+            a, b = os.dup(child_in), os.dup(child_out)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                                      f"--user-data-dir={profile}", "about:blank"], preexec_fn=fds, close_fds=False,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(child_in)
+        os.close(child_out)
+        self._id, self._buf, self._session = 0, b"", None
+        page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self._session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+
+    def call(self, method: str, **params):
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params, **({"sessionId": self._session} if self._session else {})}
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._id:
+                    assert "error" not in reply, reply
+                    return reply.get("result", {})
+            assert select.select([self._in], [], [], max(deadline - time.monotonic(), 0))[0], f"no answer to {method}"
+            chunk = os.read(self._in, 1 << 20)
+            assert chunk, "chromium exited"
+            self._buf += chunk
+
+    def js(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def wait(self, expression: str, what: str, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while not self.js(expression):
+            assert time.monotonic() < deadline, (what, self.js("[window.labLive,window.labLiveVersion]"))
+            time.sleep(0.2)
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _rewritten(page: Path) -> None:
+    """report.html written anew (a later modification time: a new version)."""
+    page.write_text(page.read_text())
+    os.utime(page, ns=(time.time_ns(), page.stat().st_mtime_ns + 10**9))
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_a_served_page_reloads_when_pushed_and_falls_back_to_asking(tmp_path, monkeypatch):
+    """The served page asked the server every 2 s. Now it hears of a render on the event stream and reloads, and a
+    server without the stream (an http error) is asked for the version instead: reloads all the same."""
+    from lab.report import html, serve
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    report = collect([root])
+    server = serve.bind(root, 0)
+    url = serve.start(server)
+    browser = _Chromium(tmp_path / "p")
+    try:
+        browser.call("Page.enable")
+        browser.call("Page.addScriptToEvaluateOnNewDocument", source="sessionStorage.setItem('loads',+(sessionStorage.getItem('loads')||0)+1)")
+        for live, events in (("events", serve.EVENTS_PATH), ("polling", ".no_such_stream")):
+            monkeypatch.setattr(serve, "EVENTS_PATH", events)  # the page's stream; the server keeps its own
+            (root / "report.html").write_text(html.render(report, served=True))
+            monkeypatch.undo()
+            browser.js("sessionStorage.setItem('loads','0')")
+            browser.call("Page.navigate", url=url)
+            browser.wait(f"window.labLive==='{live}'&&window.labLiveVersion==='{serve.version(root)}'", f"{live}: no version")
+            assert browser.js("sessionStorage.getItem('loads')") == "1"
+            _rewritten(root / "report.html")
+            serve.changed(server)  # what lab.report's render loop does after a render
+            browser.wait("sessionStorage.getItem('loads')==='2'", f"{live}: not reloaded after a render")
+            browser.wait(f"window.labLiveVersion==='{serve.version(root)}'", f"{live}: not the new version")
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()
