@@ -45,8 +45,9 @@ class _Handler(SimpleHTTPRequestHandler):
     etag: str | None = None
 
     def send_head(self):
-        """A file's ETag is its modification time in ns and size, and decides a conditional request alone:
-        Last-Modified's whole seconds would answer 304 for a render made within the second of the copy held."""
+        """A file's ETag is its modification time in ns and size, and decides a conditional request (the standard
+        handler ignores If-Modified-Since beside an If-None-Match): Last-Modified's whole seconds would answer 304
+        for a render made within the second of the copy held."""
         path = Path(self.translate_path(self.path))
         if path.is_file():
             st = path.stat()
@@ -55,7 +56,6 @@ class _Handler(SimpleHTTPRequestHandler):
                 self.send_response(304)
                 self.end_headers()
                 return None
-            del self.headers["If-Modified-Since"]
         return super().send_head()
 
     def end_headers(self) -> None:
