@@ -49,5 +49,7 @@ MUTANTS = [
     ("--serve push: no fallback after an http error", "lab/report/html.py",
      "if(es.readyState===2||++fails>=", "if(++fails>=", [PUSHED]),
     ("--serve: no ETag, Last-Modified's seconds decide", "lab/report/serve.py",
-     "        if self.etag:\n", "        if False:\n", [SERVE]),
+     "        if self.etag:\n", "        if False:\n", [SERVE, PUSHED]),
+    ("--serve: HTTP/1.0 answers (the browser ignores their ETag)", "lab/report/serve.py",
+     'protocol_version = "HTTP/1.1"', 'protocol_version = "HTTP/1.0"', [PUSHED]),
 ]

@@ -41,13 +41,14 @@ class Server(ThreadingHTTPServer):
 
 class _Handler(SimpleHTTPRequestHandler):
     server: Server
-
-    etag: str | None = None
+    protocol_version = "HTTP/1.1"  # browsers revalidate by ETag only on HTTP/1.1 answers (HTTP/1.0: Last-Modified)
+    etag: str | None = None  # of the file this request answers with (a connection serves several requests)
 
     def send_head(self):
         """A file's ETag is its modification time in ns and size, and decides a conditional request (the standard
         handler ignores If-Modified-Since beside an If-None-Match): Last-Modified's whole seconds would answer 304
         for a render made within the second of the copy held."""
+        self.etag = None
         path = Path(self.translate_path(self.path))
         if path.is_file():
             st = path.stat()
@@ -67,6 +68,7 @@ class _Handler(SimpleHTTPRequestHandler):
         super().end_headers()
 
     def do_GET(self):
+        self.etag = None
         path = self.path.lstrip("/").split("?")[0]
         if path == EVENTS_PATH:
             return self._events()
@@ -83,6 +85,8 @@ class _Handler(SimpleHTTPRequestHandler):
         """text/event-stream: `data: <version>` now and after every render that changed it, a comment otherwise."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")  # the stream has no length: it ends when the connection does
+        self.close_connection = True
         self.end_headers()
         sent = None
         try:

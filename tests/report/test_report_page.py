@@ -381,7 +381,9 @@ def _rewritten(page: Path) -> None:
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
 def test_browser_a_served_page_reloads_when_pushed_and_falls_back_to_asking(tmp_path, monkeypatch):
     """The served page asked the server every 2 s. Now it hears of a render on the event stream and reloads, and a
-    server without the stream (an http error) is asked for the version instead: reloads all the same."""
+    server without the stream (an http error) is asked for the version instead: reloads all the same. Each load
+    gets the page written last, not the browser's copy (HTTP/1.0 answers: revalidated by Last-Modified's seconds,
+    a 304 for a page written within the second)."""
     from lab.report import html, serve
 
     root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
