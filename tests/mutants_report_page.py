@@ -35,7 +35,7 @@ MUTANTS = [
     ("lab.report page: grouping ignores the group key in the order", "lab/report/runs_view.py",
      "shown.sort((a,b)=>(g?cmp(val(a,g),val(b,g)):0)||", "shown.sort((a,b)=>", [BROWSER]),
     ("lab.report --serve: the version never changes", "lab/report/serve.py",
-     "body = str(page.stat().st_mtime_ns if page.is_file() else 0).encode()", 'body = b"0"', [SERVE]),
+     "return str(page.stat().st_mtime_ns if page.is_file() else 0)", 'return "0"', [SERVE]),
     ("lab.report --serve: the port is bound after the first render", "lab/report/__main__.py",
      "        server = serve.bind(out_dir(args), args.serve)  # a port in use: one line, nothing written\n"
      "        args.watch = True\n    render(args, served=server is not None)\n",

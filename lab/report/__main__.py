@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
                 if now != seen:
                     seen = now
                     render(args, served=server is not None)
+                    if server is not None:
+                        serve.changed(server)  # the open pages hear of it now
         except KeyboardInterrupt:
             pass
         finally:

@@ -20,7 +20,9 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}tr.best td{b
 .examples{display:flex;gap:8px;flex-wrap:wrap}.example{width:420px;border:1px solid #ddd;padding:4px 8px;font-size:12px}
 .example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}
 tr.group td{background:#f6f6f6;font-weight:600;text-align:left}table.runs tbody tr:hover td{background:#eef4fb}
-#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}"""
+ol.run-history{font-size:13px}.run-history .when{color:#555}#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}
+.table-scroll{overflow-x:auto;max-width:100%}.table-scroll td:first-child,.table-scroll th:first-child{position:sticky;left:0;z-index:1}
+.table-scroll td:first-child{background:#fff}.table-scroll tr.best td:first-child{background:#e3f4e1}.table-scroll tr.group td{background:#f6f6f6}"""
 
 # Collect script errors into the page and count charts drawn, before any chart code runs.
 PROBE = """<script>window.labErrors=[];window.addEventListener('error',e=>{window.labErrors.push(String(e.message));
@@ -31,7 +33,7 @@ const _ce=console.error;console.error=(...a)=>{window.labErrors.push(a.join(' ')
 # debiased exponential moving average of each mean and seed curve, and of the band's two edges; off by default,
 # and only of the traces charts.smoothable marks: dense training curves, never a compared value or the lr) and
 # the seeds' own curves shown or not. Initial values may come from the address (report.html#x=tokens&smooth=0.6&seeds=1),
-# applied once every chart is drawn.
+# applied once every chart is drawn; the runs table's filter, sort and group share the address (runs_view).
 CONTROLS = """<div class="controls">curves: x-axis <select id="xaxis" onchange="labControls()"><option value="step">step
 </option>{options}</select>
 smoothing of dense training curves <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="0" oninput="labControls()">
@@ -56,12 +58,13 @@ b=div.layout.meta&&div.layout.meta.budget_x;if(b){const x=b[axis]===undefined?nu
 lay['shapes[0].visible']=x!==null;if(x!==null)lay['shapes[0].x0']=lay['shapes[0].x1']=x}
 Plotly.relayout(div,lay)}});
 document.body.dataset.controls='x='+axis+',smooth='+w+',seeds='+(seeds?1:0);
-history.replaceState(null,'','#x='+axis+'&smooth='+w+'&seeds='+(seeds?1:0))}
+const h=new URLSearchParams(location.hash.slice(1));h.set('x',axis);h.set('smooth',w);h.set('seeds',seeds?1:0);
+history.replaceState(null,'','#'+h)}
 function labReady(){const b=document.body;b.dataset.rendered=(+b.dataset.rendered||0)+1;
 if(b.dataset.rendered!==b.dataset.charts)return;const h=new URLSearchParams(location.hash.slice(1));
 const sel=document.getElementById('xaxis');if([...sel.options].some(o=>o.value===h.get('x')))sel.value=h.get('x');
 if(h.has('smooth'))document.getElementById('smooth').value=h.get('smooth');
-if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if([...h.keys()].length)labControls()}
+if(h.get('seeds')==='1')document.getElementById('seeds').checked=true;if(['x','smooth','seeds'].some(k=>h.has(k)))labControls()}
 </script>"""
 AXIS_NAMES = {"tokens": "tokens seen", "flops": "training FLOPs", "time": "training time (s)"}
 
@@ -72,7 +75,10 @@ def table(t: Table) -> str:
     for i, row in enumerate(t.rows):
         cells = "".join(f"<td{'' if c.value is None else f' data-value={c.value!r}'}>{html.escape(c.text)}</td>" for c in row)
         rows.append(f"<tr{' class=best' if i in t.highlight else ''}>{cells}</tr>")
-    return f'<table class="{t.name}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # wider than the page (many factors, long preset names): the table scrolls inside its box with its first
+    # column (the variant or run) kept in view, as W&B's and TensorBoard's run tables do; the page never scrolls sideways
+    return (f'<div class="table-scroll"><table class="{t.name}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+            '</tbody></table></div>')
 
 
 def _chart(i: int, title: str, fig, curve: bool) -> str:
@@ -115,11 +121,18 @@ def examples(report: Report) -> list[str]:
 LIVE_RELOAD_S = 5
 
 
-# Served by `lab.report --serve`: the page asks the server every SERVE_POLL_S seconds for the report's version
-# (serve.VERSION_PATH) and reloads itself when it changed; opened from a file, the request fails and nothing happens.
+# Served by `lab.report --serve`: the page listens to the server's event stream (serve.EVENTS_PATH), which sends the
+# report's version after each render, and reloads itself when it changed. After SERVE_FAILS failures in a row
+# (EventSource retries by itself in between), or one it does not retry (an http error), it asks for the version
+# (serve.VERSION_PATH) every SERVE_POLL_S seconds instead (window.labLive says which). Opened from a file: neither.
 SERVE_POLL_S = 2
-SERVE_POLL = ("<script>(()=>{let seen=null;setInterval(()=>fetch('{path}',{cache:'no-store'}).then(r=>r.ok?r.text():null)"
-              ".then(v=>{if(v===null)return;if(seen!==null&&v!==seen)location.reload();seen=v}).catch(()=>{}),{ms})})()</script>")
+SERVE_FAILS = 3
+SERVE_LIVE = ("<script>(()=>{if(location.protocol==='file:')return;let seen=null,fails=0;"
+              "const see=v=>{if(seen!==null&&v!==seen)location.reload();seen=window.labLiveVersion=v};"
+              "const poll=()=>{window.labLive='polling';setInterval(()=>fetch('{version}',{cache:'no-store'})"
+              ".then(r=>r.ok?r.text():null).then(v=>{if(v!==null)see(v)}).catch(()=>{}),{ms})};"
+              "if(!window.EventSource)return poll();window.labLive='events';const es=new EventSource('{events}');"
+              "es.onmessage=e=>{fails=0;see(e.data)};es.onerror=()=>{if(es.readyState===2||++fails>={fails}){es.close();poll()}}})()</script>")
 
 
 def render(report: Report, live: bool = False, served: bool = False) -> str:
@@ -128,7 +141,7 @@ def render(report: Report, live: bool = False, served: bool = False) -> str:
     from plotly.offline import get_plotlyjs  # noqa: PLC0415 - 4.6 MB of JavaScript, inlined once
 
     from lab.report import runs_view  # noqa: PLC0415
-    from lab.report.serve import VERSION_PATH  # noqa: PLC0415
+    from lab.report.serve import EVENTS_PATH, VERSION_PATH  # noqa: PLC0415
 
     title = html.escape(report.title)
     by_name = {t.name: t for t in report.tables}
@@ -136,7 +149,8 @@ def render(report: Report, live: bool = False, served: bool = False) -> str:
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{title}</title><style>{CSS}</style>",
         f'<meta http-equiv="refresh" content="{LIVE_RELOAD_S}">' if live and not served else "",
-        SERVE_POLL.replace("{path}", VERSION_PATH).replace("{ms}", str(SERVE_POLL_S * 1000)) if served else "",
+        SERVE_LIVE.replace("{version}", VERSION_PATH).replace("{events}", EVENTS_PATH).replace("{ms}", str(SERVE_POLL_S * 1000))
+        .replace("{fails}", str(SERVE_FAILS)) if served else "",
         PROBE, f"<script>{get_plotlyjs()}</script></head>",
         f'<body data-charts="{n_charts}" data-rendered="0"><pre id="js-errors"></pre><h1>{title}</h1>',
         *(f'<p class="note">{html.escape(line)}</p>' for line in report.intro()),

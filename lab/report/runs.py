@@ -47,6 +47,7 @@ class Run:
     host: str | None = None  # where the last attempt ran, and when (unix seconds; ended None while running)
     started: float | None = None
     ended: float | None = None
+    history: list[dict] = field(default_factory=list)  # status.json's state changes (lab.runtime.rundir.history)
 
     def series(self, column: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one metric, in logging order."""
@@ -269,7 +270,8 @@ def load_run(path: Path, root: Path) -> Run:
                attempts=int(recorded.get("attempts") or 1), examples=read_examples(log_text),
                final_metrics={k: float(v) for k, v in (recorded.get("metrics") or {}).items() if isinstance(v, (int, float))},
                host=recorded.get("host"), started=_time(recorded.get("started")),
-               ended=_time(recorded.get("ended") or recorded.get("updated")) if status != "running" else time.time())
+               ended=_time(recorded.get("ended") or recorded.get("updated")) if status != "running" else time.time(),
+               history=[e for e in recorded.get("history") or [] if isinstance(e, dict)])
 
 
 def common_parent(paths: list[Path]) -> Path:

@@ -14,6 +14,7 @@ from lab.report.variants import X_AXES, metric_columns
 
 if TYPE_CHECKING:
     from lab.report import Report
+    from lab.report.runs import Run
 
 # A run's examples shown in its drill-down: its last ones (every example is in its train.log).
 EXAMPLES_SHOWN = 3
@@ -32,10 +33,55 @@ def _when(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if t is not None else None
 
 
+def _at(entry: dict) -> str:
+    return str(entry.get("at", "")).replace("T", " ").replace("+00:00", " UTC")
+
+
+def _process(entry: dict) -> str:
+    where = " on ".join(str(entry[k]) for k in ("pid", "host") if entry.get(k) is not None)
+    return f" (pid {where})" if entry.get("pid") is not None else f" (on {where})" if where else ""
+
+
+def timeline(run: Run) -> list[list[str]]:
+    """[when, what] per state change of the run, from status.json's history (lab.runtime.rundir.history), and
+    what the report knows that no process wrote: an attempt that ended without a record (killed: the next
+    attempt's start says how far it had logged), how the last attempt stands now, the step it diverged at."""
+    if not run.history:
+        return [["", f"no state history recorded (a status.json from before lab kept one): {run.state}, "
+                     f"{run.attempts} attempt{'s' if run.attempts > 1 else ''}"]]
+    out, open_attempt = [], None
+    for e in run.history:
+        event, attempt, step = e.get("event"), e.get("attempt"), e.get("step")
+        if event in ("started", "resumed"):
+            if open_attempt is not None:
+                reached = f", metrics logged to step {step:,}" if step is not None else ""
+                out.append(["", f"attempt {open_attempt}: no end recorded (killed or crashed){reached}"])
+            where = f" from step {e['from_step']:,}" if e.get("from_step") is not None else ""
+            out.append([_at(e), f"attempt {attempt} {event}{where}{_process(e)}"])
+            open_attempt = attempt
+        else:
+            at_step = f" at step {step:,}" if step is not None else ""
+            out.append([_at(e), f"attempt {attempt} {event}{at_step}"])
+            open_attempt = None
+    if open_attempt is not None and run.status != "running":
+        out.append(["", f"attempt {open_attempt}: {run.status}" + (f": {run.status_note}" if run.status_note else "")])
+    elif open_attempt is not None:
+        out.append(["", f"attempt {open_attempt}: running"])
+    if run.diverged_at is not None:
+        out.append(["", f"diverged at step {run.diverged_at:,} (a NaN or infinite loss in metrics.csv)"])
+    return out
+
+
+def resumes(run: Run) -> list[list[int]]:
+    """[step, attempt] where an attempt continued from a checkpoint: the drill-down marks them on the curve."""
+    return [[e["from_step"], e.get("attempt")] for e in run.history
+            if e.get("event") == "resumed" and isinstance(e.get("from_step"), int)]
+
+
 def records(report: Report) -> dict:
     """{"keys": every config key, those that differ between runs first, "differing": those, "runs": one dict per
     runs-table row}: a run's name, variant, seed, state, attempts, last step, host and times, overrides, whole
-    config, curves ({column: [steps, values]}) and last examples."""
+    config, curves ({column: [steps, values]}), last examples, state timeline and resume steps."""
     runs = [(v, r) for v in report.variants for r in v.runs]  # the runs table's row order
     columns = [c for c in curve_columns(report.runs, metric_columns(report.runs)) if c not in X_AXES.values()]
     keys = sorted({k for _, r in runs for k in r.config})
@@ -51,7 +97,8 @@ def records(report: Report) -> dict:
                         attempts=r.attempts, last_step=r.last_step, host=r.host, started=_when(r.started),
                         ended=_when(r.ended), path=str(r.path), overrides=r.overrides,
                         config={k: _json_value(r.config[k]) for k in sorted(r.config)}, curves=curves,
-                        examples=[list(e) for e in r.examples[-EXAMPLES_SHOWN:]]))
+                        examples=[list(e) for e in r.examples[-EXAMPLES_SHOWN:]], timeline=timeline(r),
+                        resumes=resumes(r)))
     return dict(keys=differing + [k for k in keys if k not in differing], differing=differing, runs=out,
                 metric=report.metric)
 
@@ -64,7 +111,9 @@ placeholder="lr=0.001 seed!=1 n_layers>2 or any text"> sort by <select id="runs-
 
 # Terms of the filter: `key=value`, `key!=value`, `key<number`, `key>number` (key: a config key, its last part,
 # or a column's header), else text any of the row's cells or config values contains. Sorting and grouping take
-# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column.
+# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column. The four
+# controls are kept in the address (report.html#filter=lr%3D0.001&sort=seed&order=-1&group=col%3A1), beside the
+# curve controls: a reload (--watch, --serve) or a shared link shows the same rows.
 SCRIPT = """<script>
 (()=>{const D=LABRUNS,table=document.querySelector('table.runs');if(!table)return;const body=table.tBodies[0],
 rows=[...body.rows],heads=[...table.tHead.rows[0].cells].map(c=>c.textContent),extra=document.createElement('th');
@@ -96,6 +145,8 @@ h=body.insertRow(-1);h.className='group';const c=h.insertCell();c.colSpan=heads.
 c.textContent=(g.startsWith('col:')?heads[+g.slice(4)]:g)+' = '+v+' ('+n+' run'+(n>1?'s':'')+')'}}
 r.cells[heads.length].textContent=shownKey?String(val(i,shownKey)):'';r.hidden=false;body.appendChild(r)});
 document.getElementById('runs-shown').textContent=shown.length+' of '+rows.length+' runs shown';
+const h=new URLSearchParams(location.hash.slice(1));[['filter',f],['sort',s],['order',dir>0?'':'-1'],['group',g]].forEach(
+([k,v])=>v?h.set(k,v):h.delete(k));history.replaceState(null,'',h.toString()?'#'+h:location.pathname+location.search);
 window.labRunsOrder=shown.map(i=>D.runs[i].name)};
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'})[c]);
 window.labRunDetail=(i)=>{const r=D.runs[i],d=document.getElementById('run-detail'),cols=Object.keys(r.curves);
@@ -103,16 +154,27 @@ const facts=[['variant',r.variant],['seed',r.seed],['state',r.state],['attempts'
 ['last step',r.last_step],['host',r.host],['started',r.started],['ended',r.ended],['directory',r.path],
 ['overrides',r.overrides.join(' ')]].filter(f=>f[1]!==null&&f[1]!=='');
 d.innerHTML='<h3>Run '+esc(r.name)+'</h3><table class="run-facts">'+facts.map(f=>'<tr><td>'+esc(f[0])+'</td><td>'+esc(f[1])+
-'</td></tr>').join('')+'</table>'+(cols.length?'curve <select id="run-curve">'+cols.map(c=>'<option'+(c===D.metric?' selected':'')+
+'</td></tr>').join('')+'</table><ol class="run-history">'+r.timeline.map(t=>'<li>'+(t[0]?'<span class="when">'+esc(t[0])+
+'</span> ':'')+esc(t[1])+'</li>').join('')+'</ol>'+(cols.length?'curve <select id="run-curve">'+cols.map(c=>'<option'+(c===D.metric?' selected':'')+
 '>'+esc(c)+'</option>').join('')+'</select><div id="run-curve-plot" class="chart"></div>':'')+
 r.examples.map(e=>'<div class="example"><b>'+esc(e[0])+', step '+esc(e[1])+'</b><pre>'+esc(e[2])+'</pre></div>').join('')+
 '<details open><summary>config ('+Object.keys(r.config).length+' keys)</summary><table class="run-config">'+
 Object.entries(r.config).map(([k,v])=>'<tr'+(D.differing.includes(k)?' class="differs"':'')+'><td>'+esc(k)+'</td><td>'+esc(v)+
 '</td></tr>').join('')+'</table></details>';d.dataset.run=r.name;
-const draw=()=>{const c=document.getElementById('run-curve').value,[x,y]=r.curves[c];Plotly.newPlot('run-curve-plot',
-[{x:x,y:y,mode:x.length<30?'lines+markers':'lines',name:c}],{title:{text:r.name+': '+c,font:{size:13}},height:300,
-template:'plotly_white',margin:{l:55,r:10,t:40,b:40},xaxis:{title:{text:'step'}}},{responsive:true,displaylogo:false})};
+const cuts=r.resumes.map(m=>m[0]);
+const draw=()=>{const c=document.getElementById('run-curve').value,[x,y]=r.curves[c];
+const parts=[-Infinity,...cuts].map((lo,k)=>{const hi=k<cuts.length?cuts[k]:Infinity,j=x.map((_,n)=>n).filter(n=>x[n]>=lo&&x[n]<hi);
+return {x:j.map(n=>x[n]),y:j.map(n=>y[n]),mode:j.length<30?'lines+markers':'lines',
+name:cuts.length?'attempt '+(k?r.resumes[k-1][1]:r.resumes[0][1]-1):c}}).filter(p=>p.x.length);
+Plotly.newPlot('run-curve-plot',parts,{title:{text:r.name+': '+c,font:{size:13}},height:300,
+template:'plotly_white',margin:{l:55,r:10,t:40,b:40},xaxis:{title:{text:'step'}},
+shapes:r.resumes.map(m=>({type:'line',xref:'x',yref:'paper',x0:m[0],x1:m[0],y0:0,y1:1,line:{dash:'dash',color:'#888'}})),
+annotations:r.resumes.map(m=>({xref:'x',yref:'paper',x:m[0],y:1,yanchor:'bottom',showarrow:false,font:{size:10},
+text:'attempt '+m[1]+' resumed'}))},{responsive:true,displaylogo:false})};
 if(cols.length){document.getElementById('run-curve').onchange=draw;draw()}d.scrollIntoView()};
+const h=new URLSearchParams(location.hash.slice(1)),set=(id,k)=>{const e=document.getElementById(id),v=h.get(k);
+if(v!==null&&(e.tagName!=='SELECT'||[...e.options].some(o=>o.value===v)))e.value=v};
+set('runs-filter','filter');set('runs-sort','sort');set('runs-order','order');set('runs-group','group');
 labRunsView()})();</script>"""
 
 

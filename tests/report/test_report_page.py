@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import select
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -158,12 +162,48 @@ def test_a_diverged_runs_record_has_null_where_its_loss_was_nan(tmp_path):
     json.dumps(rec, allow_nan=False)  # valid JSON: no NaN literal
 
 
+def _killed_and_resumed(run):
+    """Run `run`'s status.json as lab.runtime.sweeps.jobs writes it (RunDir.write_status): attempt 1 started and
+    was SIGKILLed after logging step 19 (no end written), attempt 2 resumed from its step-10 checkpoint and completed."""
+    from lab.runtime.rundir.run_dir import RunDir
+
+    rows = (run / "csv" / "metrics.csv").read_text()
+    (run / "csv" / "metrics.csv").write_text(rows.split("\n", 1)[0] + "\n")  # attempt 1 starts with no rows yet
+    status = RunDir(run)
+    status.write_status(state="running", attempts=1, pid=101, host="hostA", started="2026-01-01T00:00:00+00:00")
+    (run / "csv" / "metrics.csv").write_text(rows)
+    status.write_status(state="running", attempts=2, pid=202, host="hostA", resumed_from=10)
+    status.write_status(state="completed")
+
+
+def test_a_runs_record_has_its_state_history_with_a_killed_attempt_named(tmp_path):
+    """The drill-down showed only the last state and "attempts: 2": when each attempt ran, in which process, from
+    which step, and that attempt 1 was killed (it wrote no end) were not in the page."""
+    from lab.report import runs_view
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    _killed_and_resumed(root / "1")
+    (root / "0" / "status.json").write_text(json.dumps({"state": "completed", "attempts": 1}))  # before history existed
+    recs = {r["name"]: r for r in runs_view.records(collect([root]))["runs"]}
+    history = json.loads((root / "1" / "status.json").read_text())["history"]
+    at = [e["at"].replace("T", " ").replace("+00:00", " UTC") for e in history]
+    assert recs["1"]["timeline"] == [
+        [at[0], "attempt 1 started (pid 101 on hostA)"],
+        ["", "attempt 1: no end recorded (killed or crashed), metrics logged to step 19"],
+        [at[1], "attempt 2 resumed from step 10 (pid 202 on hostA)"],
+        [at[2], "attempt 2 completed at step 19"]]
+    assert recs["1"]["resumes"] == [[10, 2]]
+    assert recs["0"]["timeline"] == [["", "no state history recorded (a status.json from before lab kept one): "
+                                          "finished, 1 attempt"]] and recs["0"]["resumes"] == []
+
+
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
 def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_record(tmp_path):
     """In the page: `lr=0.003 seed!=1` keeps runs 4 and 5; grouped by task.optimizer.lr and sorted by seed
     descending the order is 2 1 0 | 5 4 3 under two group rows; clicking run 4 shows its config, state and a
     drawn curve."""
     root = _ablation(tmp_path / "runs")
+    _killed_and_resumed(root / "4")
     probe = ("<script>setTimeout(()=>{const b=document.body,rows=[...document.querySelectorAll('table.runs tbody tr[data-run]')];"
              "b.dataset.filtered=labRunsFilter('lr=0.003 seed!=1').map(i=>rows[i].cells[0].textContent).join(' ');"
              "document.getElementById('runs-group').value='task.optimizer.lr';document.getElementById('runs-sort').value='seed';"
@@ -171,7 +211,10 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
              "b.dataset.order=labRunsOrder.join(' ');"
              "b.dataset.groups=[...document.querySelectorAll('table.runs tr.group')].map(r=>r.textContent).join('|');"
              "rows.find(r=>r.cells[0].textContent==='4').click();"
-             "setTimeout(()=>{b.dataset.drawn=document.querySelectorAll('#run-curve-plot .main-svg').length},500)},3000)</script>")
+             "setTimeout(()=>{const p=document.getElementById('run-curve-plot');b.dataset.drawn=p.querySelectorAll('.main-svg').length;"
+             "b.dataset.attempts=p.data.map(t=>t.name+':'+t.x.join(',')).join(' ');"
+             "b.dataset.marks=p.layout.shapes.map(s=>s.x0).join(',')+' '+p.layout.annotations.map(a=>a.text).join(',');"
+             "b.dataset.history=[...document.querySelectorAll('#run-detail ol.run-history li')].map(l=>l.textContent).join('|')},500)},3000)</script>")
     dom, attr = _probed(root, probe, tmp_path / "p")
     assert attr("filtered") == "4 5"
     assert attr("order") == "2 1 0 5 4 3"
@@ -179,13 +222,39 @@ def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_r
     detail = re.search(r'<div id="run-detail" data-run="4">.*?</details>', dom, re.S).group(0)
     assert "<td>task.optimizer.lr</td><td>0.003</td>" in detail and "<td>state</td><td>finished</td>" in detail
     assert int(attr("drawn")) >= 1
+    # its state history, and its curve in one part per attempt with a line where attempt 2 resumed (step 10)
+    history = attr("history").split("|")
+    assert len(history) == 4 and history[0].endswith("attempt 1 started (pid 101 on hostA)")
+    assert history[1] == "attempt 1: no end recorded (killed or crashed), metrics logged to step 19"
+    assert attr("attempts") == "attempt 1:9 attempt 2:19" and attr("marks") == "10 attempt 2 resumed"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_the_runs_tables_filter_sort_and_group_survive_a_reload(tmp_path):
+    """A reload (--watch, --serve) or a shared link lost the runs table's filter, sort and group: the first load
+    sets them and the smoothing, then reloads; the second reads back the controls, the rows shown and the address."""
+    root = _ablation(tmp_path / "runs")
+    probe = ("<script>setTimeout(()=>{const b=document.body,e=id=>document.getElementById(id);"
+             "if(!sessionStorage.getItem('reloaded')){sessionStorage.setItem('reloaded','1');e('runs-filter').value='seed!=1';e('runs-sort').value='seed';"
+             "e('runs-order').value='-1';e('runs-group').value='task.optimizer.lr';labRunsView();"
+             "e('smooth').value='0.5';labControls();location.reload();return}"
+             "b.dataset.controls=['runs-filter','runs-sort','runs-order','runs-group','smooth'].map(i=>e(i).value).join('|');"
+             "b.dataset.order=labRunsOrder.join(' ');b.dataset.hash=location.hash},3000)</script>")
+    _, attr = _probed(root, probe, tmp_path / "p")
+    assert attr("controls") == "seed!=1|seed|-1|task.optimizer.lr|0.5"
+    assert attr("order") == "2 1 5 4"  # lr=0.001's seeds 3 2, then lr=0.003's, seed 1 filtered out
+    from urllib.parse import parse_qs
+
+    assert parse_qs(attr("hash")[1:]) == {"filter": ["seed!=1"], "sort": ["seed"], "order": ["-1"],
+                                          "group": ["task.optimizer.lr"], "x": ["step"], "smooth": ["0.5"], "seeds": ["0"]}
 
 
 # ---------------------------------------------------------------------------------------------- --serve (item 6)
 
 
 def test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_writes(tmp_path):
-    """There was no way to have the open page follow a sweep but --watch's reload every 5 s of a file."""
+    """There was no way to have the open page follow a sweep but --watch's reload every 5 s of a file; then the
+    page asked the server every 2 s. Now the server pushes each new version on an event stream."""
     root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
     proc = subprocess.Popen([sys.executable, "-m", "lab.report", str(root), "--serve", "0", "--wandb", "off"], cwd=ROOT,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -198,16 +267,35 @@ def test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_w
             assert line, "lab.report --serve exited before serving"
         url = re.search(r"serving (http://127\.0\.0\.1:(\d+)/report\.html) \(", line).group(1)
         page = urllib.request.urlopen(url, timeout=30).read().decode()
-        assert '<meta name="generator" content="lab.report">' in page and "fetch('.lab_report_version'" in page
+        assert '<meta name="generator" content="lab.report">' in page and "new EventSource('.lab_report_events')" in page
+        assert "fetch('.lab_report_version'" in page  # the fallback
+        # the page is revalidated on every load (no stale copy from the browser's cache), and costs a 304 when unchanged
+        got = urllib.request.urlopen(url, timeout=30)
+        assert got.headers["Cache-Control"] == "no-cache"
+        with pytest.raises(urllib.error.HTTPError) as unchanged:
+            urllib.request.urlopen(urllib.request.Request(url, headers={"If-None-Match": got.headers["ETag"]}), timeout=30)
+        assert unchanged.value.code == 304
+        # a render within the second of the copy held is new all the same (Last-Modified alone said 304)
+        again = urllib.request.Request(url, headers={"If-None-Match": '"0-0"', "If-Modified-Since": got.headers["Last-Modified"]})
+        assert urllib.request.urlopen(again, timeout=30).status == 200
         version = url.replace("report.html", ".lab_report_version")
         first = urllib.request.urlopen(version, timeout=30).read().decode()
         assert first == str((root / "report.html").stat().st_mtime_ns)
+        events = urllib.request.urlopen(url.replace("report.html", ".lab_report_events"), timeout=30)
+        assert events.headers["Content-Type"] == "text/event-stream"
+
+        def next_event() -> str:  # the next `data:` line of the stream (keep-alive comments skipped)
+            while not (line := events.readline().decode()).startswith("data: "):
+                assert line, "the event stream ended"
+            return line.removeprefix("data: ").strip()
+
+        assert next_event() == first  # the version at once, on connecting
         with open(root / "0" / "csv" / "metrics.csv", "a") as f:  # the run writes a row: re-rendered
             f.write("29,,3.4,\n")
-        deadline = time.monotonic() + 60
-        while urllib.request.urlopen(version, timeout=30).read().decode() == first:
-            assert time.monotonic() < deadline, "not re-rendered after a run wrote"
-            time.sleep(0.5)
+        pushed = next_event()  # pushed by the server when the render is done, nothing asked again
+        assert pushed != first and pushed == str((root / "report.html").stat().st_mtime_ns)
+        assert urllib.request.urlopen(version, timeout=30).read().decode() == pushed
+        events.close()
     finally:
         killer.cancel()
         proc.kill()
@@ -229,3 +317,96 @@ def test_serve_refuses_a_port_in_use_in_one_line_and_writes_nothing(tmp_path, ca
     assert err == [f"error: --serve {port}: cannot listen on 127.0.0.1:{port} (Address already in use); pass another "
                    "port, or 0 for any free one"]
     assert not (root / "report.html").exists()
+
+
+class _Chromium:
+    """Headless Chromium driven over --remote-debugging-pipe (fds 3 and 4, NUL-terminated JSON; the standard
+    library only): a page that stays open while a server pushes to it, which --dump-dom cannot wait for."""
+
+    def __init__(self, profile: Path):
+        child_in, self._out = os.pipe()
+        self._in, child_out = os.pipe()
+
+        def fds():  # the child's fds 3 and 4, inheritable (dup2 onto a new number clears close-on-exec)
+            a, b = os.dup(child_in), os.dup(child_out)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                                      f"--user-data-dir={profile}", "about:blank"], preexec_fn=fds, close_fds=False,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(child_in)
+        os.close(child_out)
+        self._id, self._buf, self._session = 0, b"", None
+        page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self._session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+
+    def call(self, method: str, **params):
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params, **({"sessionId": self._session} if self._session else {})}
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._id:
+                    assert "error" not in reply, reply
+                    return reply.get("result", {})
+            assert select.select([self._in], [], [], max(deadline - time.monotonic(), 0))[0], f"no answer to {method}"
+            chunk = os.read(self._in, 1 << 20)
+            assert chunk, "chromium exited"
+            self._buf += chunk
+
+    def js(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def wait(self, expression: str, what: str, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while not self.js(expression):
+            assert time.monotonic() < deadline, (what, self.js("[window.labLive,window.labLiveVersion]"))
+            time.sleep(0.2)
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _rewritten(page: Path) -> None:
+    """report.html written anew (a later modification time: a new version)."""
+    page.write_text(page.read_text())
+    os.utime(page, ns=(time.time_ns(), page.stat().st_mtime_ns + 10**9))
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_a_served_page_reloads_when_pushed_and_falls_back_to_asking(tmp_path, monkeypatch):
+    """The served page asked the server every 2 s. Now it hears of a render on the event stream and reloads, and a
+    server without the stream (an http error) is asked for the version instead: reloads all the same. Each load
+    gets the page written last, not the browser's copy (HTTP/1.0 answers: revalidated by Last-Modified's seconds,
+    a 304 for a page written within the second)."""
+    from lab.report import html, serve
+
+    root = _ablation(tmp_path / "runs", lrs=(1e-3,), seeds=(1, 2))
+    report = collect([root])
+    server = serve.bind(root, 0)
+    url = serve.start(server)
+    browser = _Chromium(tmp_path / "p")
+    try:
+        browser.call("Page.enable")
+        browser.call("Page.addScriptToEvaluateOnNewDocument", source="sessionStorage.setItem('loads',+(sessionStorage.getItem('loads')||0)+1)")
+        for live, events in (("events", serve.EVENTS_PATH), ("polling", ".no_such_stream")):
+            monkeypatch.setattr(serve, "EVENTS_PATH", events)  # the page's stream; the server keeps its own
+            (root / "report.html").write_text(html.render(report, served=True))
+            monkeypatch.undo()
+            browser.js("sessionStorage.setItem('loads','0')")
+            browser.call("Page.navigate", url=url)
+            browser.wait(f"window.labLive==='{live}'&&window.labLiveVersion==='{serve.version(root)}'", f"{live}: no version")
+            assert browser.js("sessionStorage.getItem('loads')") == "1"
+            _rewritten(root / "report.html")
+            serve.changed(server)  # what lab.report's render loop does after a render
+            browser.wait("sessionStorage.getItem('loads')==='2'", f"{live}: not reloaded after a render")
+            browser.wait(f"window.labLiveVersion==='{serve.version(root)}'", f"{live}: not the new version")
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()

@@ -3,7 +3,8 @@ from its claim to its release. Everything lab writes at the directory's top leve
 
     config.yaml        the resolved config                              save_config
     data_report.json   what the datamodule read, dropped, truncated    save_data_report
-    status.json        how the run ended (running -> completed | ...)  write_status, read by read_status
+    status.json        how the run ended (running -> completed | ...)  write_status, read by read_status;
+                       its `history` lists every state written (rundir.history)
     wandb_id           the W&B run every launch of this run logs to    pin_wandb_run
     wandb_last_step    the last step that W&B run logged               wandb_last_step, record_wandb_last_step
     .lock              one process per directory                       claim, release (rundir.lock)
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lab.runtime.rundir import journal, lock, signals
+from lab.runtime.rundir import history, journal, lock, signals
 
 log = logging.getLogger("lab")
 STATUS_FILE = "status.json"
@@ -104,10 +105,14 @@ class RunDir:
             return None
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
-        """Update status.json atomically (write a temporary file, then rename over the old one)."""
+        """Update status.json atomically (write a temporary file, then rename over the old one); a new `state`
+        is also appended to its history."""
         journal.before_write(self.path / STATUS_FILE)
         self.path.mkdir(parents=True, exist_ok=True)
-        status = {**(self.read_status() or {}), **fields, "updated": now()}
+        before = self.read_status() or {}
+        status = {**before, **fields, "updated": now()}
+        if "state" in fields:
+            status[history.KEY] = [*(before.get(history.KEY) or []), history.entry(before, status, self.path)]
         tmp = self.path / f".{STATUS_FILE}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(status, indent=1, default=str))
         os.replace(tmp, self.path / STATUS_FILE)

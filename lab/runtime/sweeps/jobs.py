@@ -184,7 +184,8 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
             cfg.logger.wandb.id = wandb_id
             cfg.logger.wandb.resume = "allow"
     write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
-                 started=now(), pid=os.getpid(), pid_started=start_time(os.getpid()), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1)
+                 started=now(), pid=os.getpid(), pid_started=start_time(os.getpid()), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1,
+                 resumed_from=resume_step)
     from lab.runtime.cli.console import sweep_job_console  # noqa: PLC0415
 
     try:

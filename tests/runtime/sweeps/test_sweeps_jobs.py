@@ -211,6 +211,11 @@ def test_an_interrupted_grid_continues_where_it_stopped(tmp_path):
         steps = [int(r["step"]) for r in rows if r.get(name)]
         assert len(steps) == len(set(steps)) == n and set(steps) == set(metric_by_step(reference, name)), (name, steps)
     assert not (sweep_dir / "1" / "csv" / "metrics.before-resume.csv").exists()
+    # job 1's state history: each attempt's process, where the resumed one continued from, the steps reached
+    history = json.loads((sweep_dir / "1" / "status.json").read_text())["history"]
+    assert [(e["event"], e["attempt"]) for e in history] == [("started", 1), ("interrupted", 1), ("resumed", 2), ("completed", 2)]
+    assert history[0]["pid"] == history[1]["pid"] != history[2]["pid"] == history[3]["pid"]
+    assert history[2]["from_step"] == 4 and history[1]["step"] >= 4 and history[3]["step"] == max(int(r["step"]) for r in rows)
 
 
 @pytest.mark.slow
