@@ -281,8 +281,9 @@ class BatchedMuon(Optimizer):
         out: list[torch.Tensor] = [torch.empty(0)] * len(items)
         for (shape, _, coefficients, steps, eps), members in stacks.items():
             counts = [items[i][0].numel() // (shape[0] * shape[1]) for i in members]
-            ortho = newton_schulz(torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)]),
-                                  coefficients, steps, eps, self.ns_dtype)
+            stack = torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)])
+            # back to the updates' dtype in one kernel per stack: the parameters' add_ then needs no casting
+            ortho = newton_schulz(stack, coefficients, steps, eps, self.ns_dtype).to(stack.dtype)
             for i, o in zip(members, ortho.split(counts), strict=True):
                 out[i] = o.reshape(items[i][0].shape)
         return out
@@ -332,7 +333,8 @@ class BatchedMuon(Optimizer):
                                        run_check=False).redistribute(u.device_mesh, u.placements).to_local()
             w = p.to_local() if isinstance(p, DTensor) else p
             lr = group["lr"]
-            w.mul_(1 - lr * group["weight_decay"])
+            if group["weight_decay"]:  # a factor of 1 would change nothing and cost a pass over the matrix
+                w.mul_(1 - lr * group["weight_decay"])
             w.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *p.shape[-2:]))
         return loss
 
