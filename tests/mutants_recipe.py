@@ -84,7 +84,7 @@ MUTANTS = [
     Mutant("relu_squared backward without the factor 2", "lab/nn/ffn.py",
            "threshold_backward(g * r, r, 0).mul_(2)", "threshold_backward(g * r, r, 0)", FFN),
     Mutant("relu_squared backward lets x <= 0 through", "lab/nn/ffn.py",
-           "threshold_backward(g * r, r, 0).mul_(2)", "(g * r).mul_(2)", FFN),
+           "torch.ops.aten.threshold_backward(g * r, r, 0).mul_(2)", "(g * r).mul_(2)", FFN),
     Mutant("muon: weight decay skipped where it is set", "lab/tasks/optim.py",
            'if group["weight_decay"]:  # a factor of 1', 'if not group["weight_decay"]:  # a factor of 1', MUON),
     Mutant("soft-cap forgets to scale back by the cap", "lab/nn/blocks.py",
