@@ -5,7 +5,8 @@ lab.train's logged perf/tokens_per_s and perf/mfu are compared with, and where t
         [--steps 30] [--profile]
 
 The model, the optimizer (with lab's parameter groups: lab.tasks.base.Task.configure_optimizers) and the
-schedule are the experiment's own; batches are random ids of the experiment's batch x max_seq_len. On a GPU the
+schedule are the experiment's own; batches are random ids of the experiment's batch x max_seq_len; CPU memory is
+kept for reuse as lab.train keeps it (lab.runtime.trainer.memory). On a GPU the
 step runs under bf16 autocast (trainer=gpu's bf16-mixed). A step = forward, cross-entropy (+ MoE routing losses), backward, gradient
 clipping at 1.0 (trainer.gradient_clip_val), optimizer and schedule step. Variants, each timed in turn:
   base            what lab.train does: with compile=true the model and the loss compiled as one function
@@ -119,6 +120,11 @@ def main() -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     cfg = compose(args.overrides)
+    from lab.runtime.trainer.memory import keep_freed_memory
+
+    # as lab.train does: without it every step's large tensors page-fault anew, and the more of them a model
+    # makes (the fast preset's), the slower it looks against what lab.train runs
+    print(keep_freed_memory() or "cpu memory: glibc defaults (not glibc, or the user's allocator settings)", flush=True)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; "
           f"{' '.join(args.overrides)}; batch {cfg.data.batch_size} x {cfg.model.max_seq_len}", flush=True)
     variants = args.variants.split(",")

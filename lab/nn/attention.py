@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab.nn.norms import RMSNorm
 from lab.nn.positions import RotaryEmbedding
 from lab.nn.roles import ResidualProjection
 
@@ -70,12 +71,12 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
         cross: bool = False,
-        qk_norm: tuple[nn.Module, nn.Module] | None = None,
+        qk_norm: tuple[RMSNorm, RMSNorm] | None = None,
         n_kv_heads: int | None = None,
         head_dim: int | None = None,
         scale: float | None = None,
     ):
-        """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary; None: none.
+        """qk_norm: (query norm, key norm) over head_dim, applied per head before rotary, with one epsilon; None: none.
         n_kv_heads: key/value heads (grouped-query attention), each shared by n_heads / n_kv_heads consecutive
         query heads (key head j serves query heads j*g .. j*g+g-1, as Llama's repeat_kv); None: n_heads.
         head_dim: each head's width (Qwen3: not d_model / n_heads); None: d_model // n_heads.
@@ -103,6 +104,13 @@ class MultiHeadAttention(nn.Module):
     def _norm(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:  # [B, H, T, hd], over hd
         return x if norm is None else norm(x)
 
+    def _qk_norm(self, qk: torch.Tensor) -> torch.Tensor:
+        """[B, T, H + KV, hd]: queries' and keys' RMS norm over hd in one call, then each head's gain (the query
+        norm's or the key norm's): the same floats as the two RMSNorm modules, whose F.rms_norm scales by the
+        gain after normalising."""
+        gains = torch.cat((self.q_norm.weight.expand(self.n_heads, -1), self.k_norm.weight.expand(self.n_kv_heads, -1)))
+        return F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * gains
+
     def forward(
         self,
         x: torch.Tensor,
@@ -126,11 +134,17 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     k, v = cache.append(k, v)
         else:
-            q, k, v = self._heads(self.qkv_proj(x), self.n_heads, self.n_kv_heads, self.n_kv_heads)
-            q, k = self._norm(q, self.q_norm), self._norm(k, self.k_norm)  # cached keys are stored normalised
+            # queries and keys stay in the projection's [B, T, heads, hd] layout and go through the norm and the
+            # rotation together, as one tensor: half the kernels, and no transposed copies
+            H, KV = self.n_heads, self.n_kv_heads
+            qk, v = self.qkv_proj(x).view(B, T, H + 2 * KV, self.head_dim).split((H + KV, KV), dim=2)
+            if self.q_norm is not None:  # cached keys are stored normalised
+                qk = self._qk_norm(qk)
             start = cache.length if cache is not None else 0
             if self.rotary is not None:
-                q, k = self.rotary(q, start), self.rotary(k, start)
+                qk = self.rotary(qk, start, seq_dim=-3)
+            q, k = qk.transpose(1, 2).split((H, KV), dim=1)
+            v = v.transpose(1, 2)
             if cache is not None:
                 k, v = cache.append(k, v)
 

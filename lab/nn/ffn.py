@@ -8,12 +8,29 @@ from torch import nn
 from lab.nn.roles import ResidualProjection
 
 
+class _ReLUSquaredFunction(torch.autograd.Function):
+    """relu(x)^2 with a backward of two kernels (where x > 0: 2 relu(x) g), on the relu saved from the forward;
+    the same floats as autograd's relu-then-square (which computes 2 relu(x) g as g (2 relu(x)) and zeroes x <= 0
+    with threshold_backward)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        r = F.relu(x)
+        ctx.save_for_backward(r)
+        return r.square()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        (r,) = ctx.saved_tensors
+        return torch.ops.aten.threshold_backward(g * r, r, 0).mul_(2)
+
+
 class ReLUSquared(nn.Module):
     """relu(x)^2 (So et al. 2021, "Primer"; modded-nanogpt): as cheap as relu, sparse, and it trains faster
     than gelu at equal width in their searches."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(x).square()
+        return _ReLUSquaredFunction.apply(x)
 
 
 # tanh-approximate GELU, as GPT-2 uses: 5x cheaper than erf on CPU, same curve to 1e-3

@@ -50,6 +50,28 @@ def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float,
     return torch.where(medium, smoothed, scaled)
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x cos + (x with each (even, odd) pair swapped) sin, sin being (-sin, sin) per pair: (x1, x2) ->
+    (x1 cos - x2 sin, x2 cos + x1 sin), the same floats as those products computed pair by pair."""
+    swapped = torch.stack((x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return (x * cos).add_(swapped.mul_(sin))
+
+
+class _Rotation(torch.autograd.Function):
+    """The rotation as one autograd node; its backward is the inverse rotation (sin negated), the same floats
+    autograd computes through the pair-by-pair products, in four kernels instead of a graph of a dozen."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return _rotate(g, cos, -sin), None, None
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al. 2021): rotate each (even, odd) pair of q/k features by a position-dependent angle,
     so q·k depends only on the relative offset. Shared by every attention layer of a stack.
@@ -61,17 +83,20 @@ class RotaryEmbedding(nn.Module):
         if scaling is not None:
             inv_freq = llama3_scaled(inv_freq, **scaling)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # [L, hd/2]
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        # each pair's (cos, cos) and (-sin, sin), interleaved as the pairs are: the rotation is two products, of x
+        # and of x with its pairs swapped, instead of strided halves gathered and scattered back in the backward
+        cos, sin = angles.cos(), angles.sin()
+        self.register_buffer("cos", torch.stack((cos, cos), dim=-1).flatten(-2), persistent=False)  # [L, hd]
+        self.register_buffer("sin", torch.stack((-sin, sin), dim=-1).flatten(-2), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """x: [B, H, T, hd] -> same shape, rotated for positions start..start+T-1."""
-        T = x.shape[-2]
-        cos = self.cos[start : start + T].to(x.dtype)
-        sin = self.sin[start : start + T].to(x.dtype)
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        return rotated.flatten(-2)
+    def forward(self, x: torch.Tensor, start: int = 0, seq_dim: int = -2) -> torch.Tensor:
+        """x: [..., T, ..., hd] with the positions along seq_dim ([B, H, T, hd]: -2; [B, T, H, hd]: -3) -> the
+        same shape, rotated for positions start..start+T-1."""
+        T = x.shape[seq_dim]
+        tail = (1,) * (-2 - seq_dim)  # the dims between positions and features broadcast
+        cos = self.cos[start : start + T].to(x.dtype).view(T, *tail, -1)
+        sin = self.sin[start : start + T].to(x.dtype).view(T, *tail, -1)
+        return _Rotation.apply(x, cos, sin)
 
 
 def relative_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:

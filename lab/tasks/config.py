@@ -61,7 +61,8 @@ class MuonAdamWConfig(AdamWConfig):
     the lr and weight_decay above, to measure what Muon on experts changes (experiments/moe_ablation)."""
     muon_bucket_mb: float | None = None
     """Under FSDP2, the most MiB of whole matrices that one bucket of distributed Muon gathers to their owner ranks
-    (two all-to-alls per bucket; an owner holds one bucket's matrices at a time); null: one bucket for all."""
+    (two all-to-alls per bucket, pipelined; an owner holds at most two buckets' matrices at a time); null: one
+    bucket for all."""
 
 
 @dataclass

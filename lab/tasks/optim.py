@@ -246,7 +246,8 @@ class BatchedMuon(Optimizer):
     all-to-all per bucket (the matrices of one mesh and dtype, in parameter order, at most bucket_mb MiB of whole
     matrices when given) sends every shard to its matrix's owner, each owner orthogonalises its whole matrices, and
     a second all-to-all sends each rank its shard of the results: two collectives per bucket and step, whatever the
-    number of matrices. Buckets go one after the other, so an owner holds one bucket's matrices at a time. An expert
+    number of matrices. The buckets are pipelined: the next bucket's shards travel while one is orthogonalised (and
+    its results travel back while the next is), so an owner holds at most two buckets' matrices at a time. An expert
     stack's shard holds whole experts (FSDP2 splits the expert dimension), so each rank orthogonalises its own
     experts with no collective. Any other DTensor layout is gathered whole (one all-gather per matrix) and
     orthogonalised on every rank.
@@ -281,8 +282,9 @@ class BatchedMuon(Optimizer):
         out: list[torch.Tensor] = [torch.empty(0)] * len(items)
         for (shape, _, coefficients, steps, eps), members in stacks.items():
             counts = [items[i][0].numel() // (shape[0] * shape[1]) for i in members]
-            ortho = newton_schulz(torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)]),
-                                  coefficients, steps, eps, self.ns_dtype)
+            stack = torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)])
+            # back to the updates' dtype in one kernel per stack: the parameters' add_ then needs no casting
+            ortho = newton_schulz(stack, coefficients, steps, eps, self.ns_dtype).to(stack.dtype)
             for i, o in zip(members, ortho.split(counts), strict=True):
                 out[i] = o.reshape(items[i][0].shape)
         return out
@@ -317,14 +319,23 @@ class BatchedMuon(Optimizer):
             else:
                 local.append((u.full_tensor(), group))  # other layouts: whole on every rank, one all-gather
         results: dict[int, torch.Tensor] = {}
+        returning: list[dict] = []  # the buckets' second all-to-alls, started
         for indices in sharded.values():
             owner = self._owners(members, indices)
             sizes = [members[i][1].numel() * members[i][1].element_size() for i in indices]
-            for bucket in buckets(sizes, self.bucket_bytes):
-                ex = self._send_to_owners(members, [indices[j] for j in bucket], owner)
+            runs = [[indices[j] for j in bucket] for bucket in buckets(sizes, self.bucket_bytes)]
+            # pipelined: bucket k+1's shards travel while bucket k is orthogonalised, and bucket k's results travel
+            # back while the next one is; every rank issues the collectives in the same order
+            sending = self._send_to_owners(members, runs[0], owner)
+            for k in range(len(runs)):
+                ex = self._received(sending)
+                if k + 1 < len(runs):
+                    sending = self._send_to_owners(members, runs[k + 1], owner)
                 ortho = self._orthogonalise([(full, members[i][2]) for i, full in ex["owned"]])
-                results.update(self._return_to_shards(members, ex, ortho))
-        ortho_local = iter(self._orthogonalise(local))
+                returning.append(self._return_to_shards(members, ex, ortho))
+        ortho_local = iter(self._orthogonalise(local))  # while the last buckets' results travel back
+        for back in returning:
+            results.update(self._returned(back))
         for i, (p, u, group) in enumerate(members):
             o = results[i] if i in results else next(ortho_local)
             if isinstance(u, DTensor) and not row_sharded(u):
@@ -332,7 +343,8 @@ class BatchedMuon(Optimizer):
                                        run_check=False).redistribute(u.device_mesh, u.placements).to_local()
             w = p.to_local() if isinstance(p, DTensor) else p
             lr = group["lr"]
-            w.mul_(1 - lr * group["weight_decay"])
+            if group["weight_decay"]:  # a factor of 1 would change nothing and cost a pass over the matrix
+                w.mul_(1 - lr * group["weight_decay"])
             w.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *p.shape[-2:]))
         return loss
 
@@ -350,8 +362,8 @@ class BatchedMuon(Optimizer):
     @staticmethod
     def _send_to_owners(members: list[tuple[torch.Tensor, torch.Tensor, dict]], indices: list[int],
                         owner: dict[int, int]) -> dict:
-        """One bucket's first all-to-all: each row-sharded matrix's shards to its owner rank, which returns them
-        as whole matrices ("owned": [(member index, matrix)])."""
+        """One bucket's first all-to-all, started: each row-sharded matrix's shards to its owner rank
+        (_received waits for them and returns them as whole matrices)."""
         mesh = members[indices[0]][1].device_mesh
         group, ranks, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
         rows = {i: shard_rows(members[i][1].shape[0], ranks) for i in indices}
@@ -365,28 +377,42 @@ class BatchedMuon(Optimizer):
         send_splits = [sum(rows[i][me] * cols[i] for i in by_owner[r]) for r in range(ranks)]
         recv_splits = [sum(rows[i][r] * cols[i] for i in by_owner[me]) for r in range(ranks)]
         recv = send.new_empty(sum(recv_splits))
-        torch.distributed.all_to_all_single(recv, send, recv_splits, send_splits, group=group)
-        pieces = iter(recv.split([rows[i][r] * cols[i] for r in range(ranks) for i in by_owner[me]]))
+        work = torch.distributed.all_to_all_single(recv, send, recv_splits, send_splits, group=group, async_op=True)
+        return {"group": group, "ranks": ranks, "me": me, "rows": rows, "cols": cols, "by_owner": by_owner,
+                "send_splits": send_splits, "recv_splits": recv_splits, "work": work, "send": send, "recv": recv}
+
+    @staticmethod
+    def _received(ex: dict) -> dict:
+        """Wait for a bucket's first all-to-all; ex with "owned": [(member index, whole matrix)] of this rank."""
+        ex["work"].wait()
+        ranks, me, rows, cols, by_owner = ex["ranks"], ex["me"], ex["rows"], ex["cols"], ex["by_owner"]
+        pieces = iter(ex["recv"].split([rows[i][r] * cols[i] for r in range(ranks) for i in by_owner[me]]))
         parts = {i: [] for i in by_owner[me]}
         for _ in range(ranks):
             for i in by_owner[me]:
                 parts[i].append(next(pieces).reshape(-1, cols[i]))
-        return {"group": group, "ranks": ranks, "me": me, "rows": rows, "cols": cols, "by_owner": by_owner,
-                "send_splits": send_splits, "recv_splits": recv_splits,
-                "owned": [(i, torch.cat(parts[i])) for i in by_owner[me]]}
+        return {**ex, "owned": [(i, torch.cat(parts[i])) for i in by_owner[me]]}
 
     @staticmethod
     def _return_to_shards(members: list[tuple[torch.Tensor, torch.Tensor, dict]], ex: dict,
-                          ortho: list[torch.Tensor]) -> dict[int, torch.Tensor]:
-        """The bucket's second all-to-all, the first one reversed: each owner's results, cut into the ranks' rows;
-        this rank's shard of every matrix in the bucket, by member index."""
-        ranks, me, rows, cols, by_owner = ex["ranks"], ex["me"], ex["rows"], ex["cols"], ex["by_owner"]
+                          ortho: list[torch.Tensor]) -> dict:
+        """The bucket's second all-to-all, the first one reversed, started: each owner's results, cut into the
+        ranks' rows (_returned waits for this rank's shards)."""
+        ranks, me, rows, by_owner = ex["ranks"], ex["me"], ex["rows"], ex["by_owner"]
         cuts = {i: o.split(rows[i]) for (i, _), o in zip(ex["owned"], ortho, strict=True)}
         empty = members[next(iter(rows))][1].to_local().new_empty(0)  # for a rank that owns none of the bucket
         send = torch.cat([empty, *(cuts[i][r].reshape(-1).to(empty.dtype) for r in range(ranks) for i in by_owner[me])])
         recv = send.new_empty(sum(ex["send_splits"]))
-        torch.distributed.all_to_all_single(recv, send, ex["send_splits"], ex["recv_splits"], group=ex["group"])
-        pieces = iter(recv.split([rows[i][me] * cols[i] for r in range(ranks) for i in by_owner[r]]))
+        work = torch.distributed.all_to_all_single(recv, send, ex["send_splits"], ex["recv_splits"], group=ex["group"],
+                                                   async_op=True)
+        return {**ex, "work": work, "send": send, "recv": recv}
+
+    @staticmethod
+    def _returned(back: dict) -> dict[int, torch.Tensor]:
+        """Wait for a bucket's second all-to-all: this rank's shard of every matrix in the bucket, by member index."""
+        back["work"].wait()
+        ranks, me, rows, cols, by_owner = back["ranks"], back["me"], back["rows"], back["cols"], back["by_owner"]
+        pieces = iter(back["recv"].split([rows[i][me] * cols[i] for r in range(ranks) for i in by_owner[r]]))
         return {i: next(pieces).reshape(rows[i][me], cols[i]) for r in range(ranks) for i in by_owner[r]}
 
 

@@ -141,6 +141,82 @@ def test_rotary_scores_depend_only_on_relative_offset():
     assert not torch.allclose(score(5, 2), score(5, 4), atol=1e-3)
 
 
+def naive_rotation(x: torch.Tensor, positions: list[int], inverse: bool = False) -> torch.Tensor:
+    """[..., T, hd] in float64: each (even, odd) pair at position p turned by p / 10000^(2i/hd), one at a time."""
+    hd, out = x.shape[-1], torch.empty_like(x, dtype=torch.float64)
+    for t, p in enumerate(positions):
+        for i in range(hd // 2):
+            a = p / 10000 ** (2 * i / hd) * (-1 if inverse else 1)
+            x1, x2 = x[..., t, 2 * i].double(), x[..., t, 2 * i + 1].double()
+            out[..., t, 2 * i], out[..., t, 2 * i + 1] = x1 * math.cos(a) - x2 * math.sin(a), x1 * math.sin(a) + x2 * math.cos(a)
+    return out
+
+
+@pytest.mark.parametrize("seq_dim", [-2, -3], ids=["heads-first", "positions-first"])
+def test_rotary_and_its_gradient_equal_a_pair_by_pair_rotation(seq_dim):
+    """Forward: each pair rotated by its angle; backward: the gradient turned back (the inverse rotation), both in
+    either layout ([B, H, T, hd] or [B, T, H, hd]). Catches pairs swapped the wrong way, a sign lost in the
+    (-sin, sin) table or in the backward's inverse, and a table broadcast over the wrong dim."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(head_dim=8, max_len=16)
+    x = torch.randn(2, 3, 5, 8, requires_grad=True)  # [B, H, T, hd]
+    g = torch.randn(2, 3, 5, 8)
+    moved = (lambda t: t) if seq_dim == -2 else (lambda t: t.transpose(1, 2))
+    y = moved(rope(moved(x), start=4, seq_dim=seq_dim))
+    (grad,) = torch.autograd.grad(y, x, g)
+    positions = list(range(4, 9))
+    torch.testing.assert_close(y.double(), naive_rotation(x.detach(), positions), atol=1e-6, rtol=0)
+    torch.testing.assert_close(grad.double(), naive_rotation(g, positions, inverse=True), atol=1e-6, rtol=0)
+
+
+def test_attention_with_qk_norm_and_rotary_equals_a_naive_computation_with_its_gradients():
+    """The fast recipe's attention (qk_norm, rotary, grouped-query: queries and keys normalised and rotated as one
+    tensor in the projection's layout) against float64 by hand: each head's RMS norm and its own gain, each pair
+    rotated, a softmax per query; the output and the gradients of the input and of both gains. Catches the key
+    gain applied to query heads (or the reverse), another epsilon, and heads split in the wrong place."""
+    torch.manual_seed(0)
+    D, H, KV, hd, T, eps = 32, 4, 2, 8, 6, 1e-6
+    attn = MultiHeadAttention(D, H, bias=False, rotary=RotaryEmbedding(hd, 16), n_kv_heads=KV,
+                              qk_norm=(RMSNorm(hd, eps), RMSNorm(hd, eps)))
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)
+        attn.k_norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, T, D, requires_grad=True)
+    g = torch.randn(2, T, D)
+    y = attn(x, is_causal=True)
+    ours = torch.autograd.grad(y, (x, attn.q_norm.weight, attn.k_norm.weight), g)
+
+    params = [p.detach().double().requires_grad_() for p in (attn.qkv_proj.weight, attn.out_proj.weight,
+                                                              attn.q_norm.weight, attn.k_norm.weight)]
+    w_qkv, w_out, gain_q, gain_k = params
+    xd = x.detach().double().requires_grad_()
+    proj = xd @ w_qkv.T
+
+    def head(i: int, gain: torch.Tensor | None) -> torch.Tensor:  # [B, T, hd], normalised and rotated if gain given
+        h = proj[..., i * hd : (i + 1) * hd]
+        if gain is None:
+            return h
+        h = h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * gain
+        cos = torch.tensor([[math.cos(t / 10000 ** (2 * (j // 2) / hd)) for j in range(hd)] for t in range(T)], dtype=torch.float64)
+        sin = torch.tensor([[math.sin(t / 10000 ** (2 * (j // 2) / hd)) for j in range(hd)] for t in range(T)], dtype=torch.float64)
+        partner = torch.stack([-h[..., 1::2], h[..., 0::2]], -1).flatten(-2)  # (-x2, x1) per pair
+        return h * cos + partner * sin
+
+    keys = [head(H + j, gain_k) for j in range(KV)]
+    values = [head(H + KV + j, None) for j in range(KV)]
+    outs = []
+    for i in range(H):
+        q, k, v = head(i, gain_q), keys[i // (H // KV)], values[i // (H // KV)]
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        outs.append(torch.softmax(scores, -1) @ v)
+    expected = torch.cat(outs, -1) @ w_out.T
+    reference = torch.autograd.grad(expected, (xd, gain_q, gain_k), g.double())
+    torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=0)
+    for a, b in zip(ours, reference, strict=True):
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------- grouped-query attention
 
 
