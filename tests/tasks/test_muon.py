@@ -280,14 +280,16 @@ def test_an_unknown_newton_schulz_dtype_is_one_clear_error():
 def test_muon_under_fsdp2_matches_one_process_and_resumes_from_its_sharded_checkpoint(tmp_path):
     """BatchedMuon on FSDP2's DTensor shards: each matrix is gathered whole once and orthogonalised, and each rank
     keeps its shard of the result, so 2 processes x 6 reach the 1-process val/loss (orthogonalising each shard on
-    its own would be another update), and a run resumed from the sharded checkpoint (Muon's momentum in it) ends
+    its own would be another update), also with distributed Muon's buckets capped below one matrix (its pipelined
+    all-to-alls, a bucket per matrix), and a run resumed from the sharded checkpoint (Muon's momentum in it) ends
     where the uninterrupted one does."""
     from conftest import TINY_LM, metric_by_step, read_metrics, run_dirs, train
 
     args = [a for a in TINY_LM if not a.startswith(("trainer.max_steps", "trainer.val_check_interval"))] + [
         "trainer.max_steps=12", "trainer.val_check_interval=6", "test=false", "callbacks.progress=null",
         "task.samples=null", "+task/optimizer=muon"]
-    sharded = [*args, "trainer=fsdp_cpu", "callbacks.checkpoint.save_top_k=-1"]
+    # buckets capped below one matrix's size: every matrix its own bucket, so the pipelined all-to-alls run end to end
+    sharded = [*args, "trainer=fsdp_cpu", "callbacks.checkpoint.save_top_k=-1", "task.optimizer.muon_bucket_mb=0.01"]
     train(args, tmp_path / "one")
     train(sharded, tmp_path / "a")
     (one,), (run_a,) = run_dirs(tmp_path / "one"), run_dirs(tmp_path / "a")
