@@ -13,9 +13,13 @@ BROWSER = P + "test_browser_filters_sorts_groups_the_runs_by_config_keys_and_ope
 RELOAD = P + "test_browser_the_runs_tables_filter_sort_and_group_survive_a_reload"
 SERVE = P + "test_serve_serves_the_page_on_localhost_and_its_version_changes_when_a_run_writes"
 PUSHED = P + "test_browser_a_served_page_reloads_when_pushed_and_falls_back_to_asking"
+AUTO = "tests/runtime/rundir/test_autoresume.py::test_auto_starts_fresh_then_continues_the_same_run_in_its_directory"
 WIDE = "tests/report/test_report.py::test_browser_three_long_preset_names_keep_every_table_inside_a_1400px_page"
 
 MUTANTS = [
+    ("ckpt_path=auto: the launch's record not where the run continues", "lab/runtime/rundir/run_dir.py",
+     "        if auto and owner:\n            run.record_launch(cfg.ckpt_path)", "        if False:\n            run.record_launch(cfg.ckpt_path)",
+     [AUTO]),
     ("state history: rewritten instead of appended", "lab/runtime/rundir/run_dir.py",
      "[*(before.get(history.KEY) or []), history.entry(before, status, self.path)]",
      "[history.entry(before, status, self.path)]", [APPENDED, SINGLE]),

@@ -30,11 +30,19 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lab.runtime.rundir import history, journal, lock, signals
+from lab.runtime.rundir.process import start_time
 
 log = logging.getLogger("lab")
 STATUS_FILE = "status.json"
 WANDB_ID_FILE = "wandb_id"  # the W&B run id every launch of this run logs to
 LAST_STEP_FILE = "wandb_last_step"  # "<W&B run id> <last step logged>", written when a W&B run ends
+
+
+def launch_fields() -> dict[str, Any]:
+    """status.json's fields for a run this process starts now: running, since when, and which process on which
+    host (with the process's start time, so that a reused pid is not taken for the run: lab.runtime.rundir.process)."""
+    return dict(state="running", started=now(), error=None, pid=os.getpid(), pid_started=start_time(os.getpid()),
+                host=os.uname().nodename)
 
 
 def now() -> str:
@@ -66,7 +74,25 @@ class RunDir:
 
         signals.reset()  # a stop requested during an earlier job of this process is not this run's
         owner = rank_zero_only.rank == 0
-        return cls(autoresume.claim_run_dir(cfg, is_rank_zero=owner), owner)
+        auto = cfg.get("ckpt_path") == autoresume.AUTO
+        run = cls(autoresume.claim_run_dir(cfg, is_rank_zero=owner), owner)
+        if auto and owner:
+            run.record_launch(cfg.ckpt_path)
+        return run
+
+    def record_launch(self, ckpt: str | None) -> None:
+        """With ckpt_path=auto the run's directory (maybe an earlier run's) and checkpoint are known only once
+        claimed: status.json there says this process runs it, resumed from the checkpoint's step. A sweep job's
+        record, written by this process before (lab.runtime.sweeps.jobs), stays as it is."""
+        current = self.read_status() or {}
+        if current.get("state") == "running" and current.get("pid") == os.getpid():
+            return
+        resumed = {}
+        if ckpt is not None:
+            from lab.checkpoints.reading import read_checkpoint  # noqa: PLC0415 - torch: only when a run resumes
+
+            resumed["resumed_from"] = int(read_checkpoint(ckpt, metadata_only=True).get("global_step", 0))
+        self.write_status(**launch_fields(), **resumed)
 
     def __enter__(self) -> RunDir:
         return self

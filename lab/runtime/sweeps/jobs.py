@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
 import sys
 import time
@@ -28,8 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from lab.errors import LabError
-from lab.runtime.rundir.process import start_time
-from lab.runtime.rundir.run_dir import STATUS_FILE, RunDir, now
+from lab.runtime.rundir.run_dir import STATUS_FILE, RunDir, launch_fields, now
 
 log = logging.getLogger("lab")
 ENDED = ("completed", "interrupted", "failed", "pruned")
@@ -126,10 +124,11 @@ def sweep_job(fn):
             return fn(cfg)
         job = _hydra_job()
         if job is None:  # a single run: record its end, errors go on to user_errors_exit (one line, exit 2)
-            out = Path(cfg.paths.output_dir)
-            write_status(out, state="running", started=now(), error=None, pid=os.getpid(), pid_started=start_time(os.getpid()),
-                         host=os.uname().nodename)
-            return _run(fn, cfg, out, resume_step=None)
+            from lab.runtime.rundir.autoresume import AUTO  # noqa: PLC0415 - as RunDir.claim: when a run starts
+
+            if cfg.get("ckpt_path") != AUTO:  # with auto, RunDir.claim records it where the run continues
+                write_status(Path(cfg.paths.output_dir), **launch_fields())
+            return _run(fn, cfg, None)
         from lab.runtime.cli import errors as cli  # noqa: PLC0415
 
         cli.LAUNCH_TIME = time.time()  # "first step N s after launch" counts from this job's own start
@@ -183,14 +182,13 @@ def _run_sweep_job(fn, cfg: DictConfig, job: dict[str, Any]):
         with open_dict(cfg):  # the same W&B run for every attempt at this job: no duplicate runs
             cfg.logger.wandb.id = wandb_id
             cfg.logger.wandb.resume = "allow"
-    write_status(job_dir, state="running", job=num, overrides=overrides, wandb_id=wandb_id, error=None,
-                 started=now(), pid=os.getpid(), pid_started=start_time(os.getpid()), host=os.uname().nodename, attempts=(before or {}).get("attempts", 0) + 1,
-                 resumed_from=resume_step)
+    write_status(job_dir, **launch_fields(), job=num, overrides=overrides, wandb_id=wandb_id,
+                 attempts=(before or {}).get("attempts", 0) + 1, resumed_from=resume_step)
     from lab.runtime.cli.console import sweep_job_console  # noqa: PLC0415
 
     try:
         with sweep_job_console(str(job_dir / "train.log")):
-            return _run(fn, cfg, job_dir, resume_step)
+            return _run(fn, cfg, job_dir)
     except Exception:
         return None  # recorded in status.json, summarised at the end of the sweep; the next job runs
 
@@ -206,12 +204,18 @@ def _pass_to_child_processes(override: str) -> None:
         hc.overrides.task.append(override)
 
 
-def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
+def _run(fn, cfg: DictConfig, job_dir: Path | None):
+    """Run fn and record how it ended in the run's status.json: job_dir's for a sweep job; for a single run (None)
+    cfg.paths.output_dir's once fn has claimed it (ckpt_path=auto may continue an earlier run in its directory)."""
     RunDir.final_metrics.clear()
-    t0, before = time.time(), (read_status(job_dir) or {}).get("wall_s") or 0.0
+    t0 = time.time()
 
-    def wall_s() -> float:  # time spent on this run over all its attempts (the report's wall time)
-        return round(before + time.time() - t0, 1)
+    def record(**fields: Any) -> Path:
+        where = job_dir or Path(cfg.paths.output_dir)
+        before = (read_status(where) or {}).get("wall_s") or 0.0  # the earlier attempts' (the report's wall time)
+        write_status(where, **fields, ended=now(), metrics=dict(RunDir.final_metrics),
+                     wall_s=round(before + time.time() - t0, 1))
+        return where
 
     try:
         value = fn(cfg)  # a resumed job's metrics.csv continues (lab.runtime.trainer.metrics_csv.RunCSVLogger)
@@ -226,15 +230,13 @@ def _run(fn, cfg: DictConfig, job_dir: Path, resume_step: int | None):
             else:
                 log.error("%s", line)
             print(f"error: job {job['num']}: {line}", file=sys.stderr)
-        write_status(job_dir, state=state, error=None if state == "interrupted" else line, ended=now(),
-                     metrics=dict(RunDir.final_metrics), wall_s=wall_s())
+        record(state=state, error=None if state == "interrupted" else line)
         if job is not None and state == "interrupted":  # the sweep stops here (Hydra calls no end callback)
             print("\n".join(summarize(job["dir"].parent, job["total"])[0]), file=sys.stderr)
         raise
-    write_status(job_dir, state="completed", error=None, ended=now(), value=value, metrics=dict(RunDir.final_metrics),
-                 wall_s=wall_s())
+    where = record(state="completed", error=None, value=value)
     _durations.append(time.time() - t0)
-    RunDir(job_dir).drop_lock_file()  # released when the run ended; a completed job is never run again
+    RunDir(where).drop_lock_file()  # released when the run ended; a completed job is never run again
     return value
 
 

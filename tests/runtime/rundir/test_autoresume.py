@@ -1,6 +1,7 @@
 """ckpt_path=auto, one run per directory, and checkpoints that survive SIGKILL at any moment."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -57,6 +58,13 @@ def test_auto_starts_fresh_then_continues_the_same_run_in_its_directory(tmp_path
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"ckpt_path=auto: resuming from {run}/checkpoints/last.ckpt" in second.stdout + second.stderr
     assert run_dirs(tmp_path) == [run], "the continued run made a directory of its own"
+    assert list(run.parent.iterdir()) == [run], "the second launch's own folder was left beside the run"
+    # the run's own record: stopped, then resumed from its checkpoint's step, completed with its final metrics (the
+    # second launch's record used to go to a folder of its own, leaving this one "running" forever)
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "completed" and "val/loss" in status["metrics"]
+    assert [(e["event"], e.get("from_step")) for e in status["history"]] == [
+        ("started", None), ("interrupted", None), ("resumed", stopped_at), ("completed", None)]
     assert step_of(run / "checkpoints" / "last.ckpt") == 40
     train_rows = [int(r["step"]) for r in read_metrics(run) if r.get("train/loss")]
     assert train_rows == list(range(40)), f"stopped at {stopped_at}: steps missing or repeated"
