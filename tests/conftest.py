@@ -158,6 +158,17 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: first.get(item.path.relative_to(here).as_posix(), len(first)))  # stable
 
 
+@pytest.fixture(autouse=True)
+def _wandb_mode_stays_with_its_test(monkeypatch):
+    """lab's W&B decision sets WANDB_MODE in its own process, for DDP ranks and sweep jobs to inherit
+    (lab.runtime.trainer.loggers, lab.report.wandb_table): an entry point one test runs in-process must not hand
+    its mode (say, disabled) to the subprocesses of the next test on the same worker."""
+    if "WANDB_MODE" in os.environ:
+        monkeypatch.setenv("WANDB_MODE", os.environ["WANDB_MODE"])
+    else:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+
+
 def pytest_configure(config):
     import torch
 
