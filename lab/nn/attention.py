@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.nn.norms import RMSNorm
+from lab.nn.norms import RMSNorm, rms_norm
 from lab.nn.positions import RotaryEmbedding
 from lab.nn.roles import ResidualProjection
 
@@ -109,7 +109,7 @@ class MultiHeadAttention(nn.Module):
         norm's or the key norm's): the same floats as the two RMSNorm modules, whose F.rms_norm scales by the
         gain after normalising."""
         gains = torch.cat((self.q_norm.weight.expand(self.n_heads, -1), self.k_norm.weight.expand(self.n_kv_heads, -1)))
-        return F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * gains
+        return rms_norm(qk, gains, self.q_norm.eps)
 
     def forward(
         self,
