@@ -72,6 +72,12 @@ class _Rotation(torch.autograd.Function):
         return _rotate(g, cos, -sin), None, None
 
 
+def _complex_view(x: torch.Tensor) -> bool:
+    """Whether x's (even, odd) feature pairs can be viewed as complex numbers in place (torch.view_as_complex's
+    rule: pairs adjacent, every other stride and the offset even)."""
+    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al. 2021): rotate each (even, odd) pair of q/k features by a position-dependent angle,
     so q·k depends only on the relative offset. Shared by every attention layer of a stack.
@@ -88,12 +94,21 @@ class RotaryEmbedding(nn.Module):
         cos, sin = angles.cos(), angles.sin()
         self.register_buffer("cos", torch.stack((cos, cos), dim=-1).flatten(-2), persistent=False)  # [L, hd]
         self.register_buffer("sin", torch.stack((-sin, sin), dim=-1).flatten(-2), persistent=False)
+        # the same turns as complex numbers cos + i sin, stored as real pairs (a module cast to bfloat16 casts
+        # them, where it would drop a complex buffer's imaginary part)
+        self.register_buffer("turns", torch.stack((cos, sin), dim=-1), persistent=False)  # [L, hd/2, 2]
 
     def forward(self, x: torch.Tensor, start: int = 0, seq_dim: int = -2) -> torch.Tensor:
         """x: [..., T, ..., hd] with the positions along seq_dim ([B, H, T, hd]: -2; [B, T, H, hd]: -3) -> the
         same shape, rotated for positions start..start+T-1."""
         T = x.shape[seq_dim]
         tail = (1,) * (-2 - seq_dim)  # the dims between positions and features broadcast
+        if x.dtype == torch.float32 and not torch.compiler.is_compiling() and _complex_view(x):
+            # each pair as one complex number times its turn: one kernel each way (autograd's backward multiplies
+            # by the conjugate), where the pair swap and the products take four; bfloat16 has no complex type,
+            # and inductor fuses the real form into one kernel
+            turns = torch.view_as_complex(self.turns[start : start + T].float()).view(T, *tail, -1)
+            return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * turns).flatten(-2)
         cos = self.cos[start : start + T].to(x.dtype).view(T, *tail, -1)
         sin = self.sin[start : start + T].to(x.dtype).view(T, *tail, -1)
         return _Rotation.apply(x, cos, sin)

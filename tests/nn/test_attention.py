@@ -152,15 +152,18 @@ def naive_rotation(x: torch.Tensor, positions: list[int], inverse: bool = False)
     return out
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["complex-product", "pair-swap"])
 @pytest.mark.parametrize("seq_dim", [-2, -3], ids=["heads-first", "positions-first"])
-def test_rotary_and_its_gradient_equal_a_pair_by_pair_rotation(seq_dim):
+def test_rotary_and_its_gradient_equal_a_pair_by_pair_rotation(seq_dim, dtype):
     """Forward: each pair rotated by its angle; backward: the gradient turned back (the inverse rotation), both in
-    either layout ([B, H, T, hd] or [B, T, H, hd]). Catches pairs swapped the wrong way, a sign lost in the
-    (-sin, sin) table or in the backward's inverse, and a table broadcast over the wrong dim."""
+    either layout ([B, H, T, hd] or [B, T, H, hd]), by both kernels: float32 takes the complex product, any other
+    dtype (bfloat16 in practice; float64 here, to compare closely) the pair swap with _Rotation's backward.
+    Catches pairs swapped the wrong way, a sign lost in a table or in the backward's inverse, and a table
+    broadcast over the wrong dim."""
     torch.manual_seed(0)
     rope = RotaryEmbedding(head_dim=8, max_len=16)
-    x = torch.randn(2, 3, 5, 8, requires_grad=True)  # [B, H, T, hd]
-    g = torch.randn(2, 3, 5, 8)
+    x = torch.randn(2, 3, 5, 8, dtype=dtype, requires_grad=True)  # [B, H, T, hd]
+    g = torch.randn(2, 3, 5, 8, dtype=dtype)
     moved = (lambda t: t) if seq_dim == -2 else (lambda t: t.transpose(1, 2))
     y = moved(rope(moved(x), start=4, seq_dim=seq_dim))
     (grad,) = torch.autograd.grad(y, x, g)
