@@ -283,8 +283,11 @@ class BatchedMuon(Optimizer):
         for (shape, _, coefficients, steps, eps), members in stacks.items():
             counts = [items[i][0].numel() // (shape[0] * shape[1]) for i in members]
             stack = torch.cat([items[i][0].reshape(n, *shape) for i, n in zip(members, counts, strict=True)])
-            # back to the updates' dtype in one kernel per stack: the parameters' add_ then needs no casting
-            ortho = newton_schulz(stack, coefficients, steps, eps, self.ns_dtype).to(stack.dtype)
+            # back to the updates' dtype and layout in one kernel per stack: the parameters' add_ then needs no
+            # casting, and reads a tall matrix's update in its own row order (not strided as Newton-Schulz's wide
+            # orientation leaves it)
+            ortho = newton_schulz(stack, coefficients, steps, eps, self.ns_dtype).to(
+                stack.dtype, memory_format=torch.contiguous_format)
             for i, o in zip(members, ortho.split(counts), strict=True):
                 out[i] = o.reshape(items[i][0].shape)
         return out
