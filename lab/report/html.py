@@ -1,6 +1,6 @@
-"""report.html: one self-contained interactive page (tables, plotly charts with plotly.js inlined) that
-opens offline. Chart rendering and script errors are recorded in the page itself (body[data-rendered],
-#js-errors), so a headless browser can check them."""
+"""report.html: one self-contained interactive page (tables, plotly charts with plotly.js inlined, the runs
+table driven by DataTables, inlined by runs_view) that opens offline. Chart rendering and script errors are
+recorded in the page itself (body[data-rendered], #js-errors), so a headless browser can check them."""
 from __future__ import annotations
 
 import html
