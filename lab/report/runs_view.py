@@ -199,7 +199,7 @@ def datatables() -> str:
     """LOADER with itables' DataTables bundle (its CSS, its module in base64), read once per process. The bundle's
     path is itables' own option for its offline mode (itables.options.dt_bundle); itables' offline HTML is not
     used as is, since it decodes the module as Latin-1 and names its promise after itables' version."""
-    from itables import options  # noqa: PLC0415 - imports pandas (0.6 s): only when a page is written
+    from itables import options  # noqa: PLC0415 - and pandas where installed (0.6 s): only for a page
 
     js = Path(options.dt_bundle)
     css = js.with_suffix(".css").read_text(encoding="utf-8")
