@@ -47,7 +47,7 @@ MUTANTS = [
     ("runs controls: the curve controls overwrite the address", "lab/report/html.py",
      "const h=new URLSearchParams(location.hash.slice(1));h.set('x',axis)", "const h=new URLSearchParams();h.set('x',axis)",
      [RELOAD]),
-    ("runs controls: the filter not read back", "lab/report/runs_view.py", "set('runs-filter','filter');", "", [RELOAD]),
+    ("runs controls: the filter not read back", "lab/report/runs_view.py", "set(filter,'filter');", "", [RELOAD]),
     ("--serve push: the stream never carries a version", "lab/report/serve.py",
      'f"data: {now}\\n\\n".encode() if now != sent else b": still\\n\\n"', 'b": still\\n\\n"', [SERVE, PUSHED]),
     ("--serve push: no fallback after an http error", "lab/report/html.py",

@@ -1,6 +1,6 @@
-"""report.html: one self-contained interactive page (tables, plotly charts with plotly.js inlined) that
-opens offline. Chart rendering and script errors are recorded in the page itself (body[data-rendered],
-#js-errors), so a headless browser can check them."""
+"""report.html: one self-contained interactive page (tables, plotly charts with plotly.js inlined, the runs
+table driven by DataTables, inlined by runs_view) that opens offline. Chart rendering and script errors are
+recorded in the page itself (body[data-rendered], #js-errors), so a headless browser can check them."""
 from __future__ import annotations
 
 import html
@@ -19,10 +19,10 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}tr.best td{b
 #js-errors{color:#b00}.controls{position:sticky;top:0;background:#fff;padding:4px 0;font-size:13px;z-index:5}
 .examples{display:flex;gap:8px;flex-wrap:wrap}.example{width:420px;border:1px solid #ddd;padding:4px 8px;font-size:12px}
 .example pre{white-space:pre-wrap;margin:2px 0 8px;max-height:260px;overflow:auto;background:#fafafa}
-tr.group td{background:#f6f6f6;font-weight:600;text-align:left}table.runs tbody tr:hover td{background:#eef4fb}
+table.runs tbody tr:hover td{background:#eef4fb}div.dt-container div.dt-info{font-size:13px;color:#555}
 ol.run-history{font-size:13px}.run-history .when{color:#555}#run-detail .chart{max-width:900px}#run-detail td{text-align:left}tr.differs td{background:#fff7e0}
 .table-scroll{overflow-x:auto;max-width:100%}.table-scroll td:first-child,.table-scroll th:first-child{position:sticky;left:0;z-index:1}
-.table-scroll td:first-child{background:#fff}.table-scroll tr.best td:first-child{background:#e3f4e1}.table-scroll tr.group td{background:#f6f6f6}"""
+.table-scroll td:first-child{background:#fff}.table-scroll tr.best td:first-child{background:#e3f4e1}"""
 
 # Collect script errors into the page and count charts drawn, before any chart code runs.
 PROBE = """<script>window.labErrors=[];window.addEventListener('error',e=>{window.labErrors.push(String(e.message));

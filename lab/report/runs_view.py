@@ -1,12 +1,15 @@
-"""The page's runs table made navigable, in the page itself (no server, no library beyond plotly): filter by
-config values or text, sort and group by any config key or column, and a drill-down per run (its status and
-attempts, its whole config, each of its curves, its last examples). The data is one JSON object per run, in the
-order of the runs table's rows; the script below works on the table the page already shows."""
+"""The page's runs table made navigable, in the page itself (no server): DataTables (itables' bundle, inlined)
+filters by config values or text, sorts and groups by any config key or column; and a drill-down per run (its
+status and attempts, its whole config, each of its curves, its last examples). The data is one JSON object per
+run, in the order of the runs table's rows; the script below works on the table the page already shows."""
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import math
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.report.tables import curve_columns
@@ -103,51 +106,64 @@ def records(report: Report) -> dict:
                 metric=report.metric)
 
 
-CONTROLS = """<div class="runs-controls note">filter <input id="runs-filter" size="40" oninput="labRunsView()"
-placeholder="lr=0.001 seed!=1 n_layers>2 or any text"> sort by <select id="runs-sort" onchange="labRunsView()"></select>
-<select id="runs-order" onchange="labRunsView()"><option value="1">ascending</option><option value="-1">descending</option>
-</select> group by <select id="runs-group" onchange="labRunsView()"><option value="">nothing</option></select>
-<span id="runs-shown"></span> (click a run for its record)</div>"""
+CONTROLS = """<div class="runs-controls note">filter <input id="runs-filter" size="40"
+placeholder="lr=0.001 seed!=1 n_layers>2 or any text"> sort by <select id="runs-sort"></select>
+<select id="runs-order"><option value="1">ascending</option><option value="-1">descending</option>
+</select> group by <select id="runs-group"><option value="">nothing</option></select> (click a column's header to sort
+by it, a run for its record)</div>"""
 
+# DataTables (with its RowGroup extension) from itables' bundle, an ES module inlined in base64 and imported
+# through a Blob URL, so a saved page needs no network: window.labDataTable is a promise of DataTables' class.
+# The bytes are decoded as UTF-8 (the bundle has non-ASCII characters, in its number-format pattern among others).
+LOADER = """<style>__CSS__</style><script>window.labDataTable=(async()=>{const b=Uint8Array.from(atob('__B64__'),c=>c.charCodeAt(0)),
+u=URL.createObjectURL(new Blob([b],{type:'text/javascript'}));try{return (await import(u)).default}finally{URL.revokeObjectURL(u)}})();</script>"""
+
+# DataTables drives the runs table the page already shows: a hidden column per config key (shown while it is
+# the sort or group key), ordering (a column's header, or the controls), RowGroup's group rows, and lab's filter
+# as a fixed search. A numeric column orders by the cells' exact values (data-order), a NaN or infinite one as
+# an empty cell: the text "nan" would make DataTables order the whole column as text ("10.5" before "9.5").
 # Terms of the filter: `key=value`, `key!=value`, `key<number`, `key>number` (key: a config key, its last part,
 # or a column's header), else text any of the row's cells or config values contains. Sorting and grouping take
-# a column ("col:<index>") or a config key; the chosen key's values are shown in an extra last column. The four
-# controls are kept in the address (report.html#filter=lr%3D0.001&sort=seed&order=-1&group=col%3A1), beside the
-# curve controls: a reload (--watch, --serve) or a shared link shows the same rows.
+# a column ("col:<index>") or a config key. The four controls are kept in the address
+# (report.html#filter=lr%3D0.001&sort=seed&order=-1&group=col%3A1), beside the curve controls: a reload
+# (--watch, --serve) or a shared link shows the same rows.
 SCRIPT = """<script>
-(()=>{const D=LABRUNS,table=document.querySelector('table.runs');if(!table)return;const body=table.tBodies[0],
-rows=[...body.rows],heads=[...table.tHead.rows[0].cells].map(c=>c.textContent),extra=document.createElement('th');
-table.tHead.rows[0].appendChild(extra);rows.forEach((tr,i)=>{tr.dataset.run=i;tr.style.cursor='pointer';
-tr.appendChild(document.createElement('td')).className='key-value';tr.onclick=()=>labRunDetail(i)});
+(async()=>{const D=LABRUNS,table=document.querySelector('table.runs');if(!table)return;const DataTable=await labDataTable,
+rows=[...table.tBodies[0].rows],heads=[...table.tHead.rows[0].cells].map(c=>c.textContent),n=heads.length,
+cells=rows.map(tr=>[...tr.cells].map(c=>c.dataset.value!==undefined?+c.dataset.value:c.textContent)),
+texts=rows.map((tr,i)=>[tr.textContent,...Object.entries(D.runs[i].config).map(([k,v])=>k+'='+v)].map(t=>t.toLowerCase())),
+e=id=>document.getElementById(id),filter=e('runs-filter'),sort=e('runs-sort'),order=e('runs-order'),group=e('runs-group');
 const opt=(sel,v,t)=>{const o=document.createElement('option');o.value=v;o.textContent=t;sel.appendChild(o)};
-const sort=document.getElementById('runs-sort'),group=document.getElementById('runs-group');
 opt(sort,'','table order');heads.forEach((h,j)=>opt(sort,'col:'+j,h));[1,3].forEach(j=>opt(group,'col:'+j,heads[j]));
 D.keys.forEach(k=>{opt(sort,k,k);opt(group,k,k)});
-function val(i,key){if(key.startsWith('col:')){const c=rows[i].cells[+key.slice(4)];
-return c.dataset.value!==undefined?+c.dataset.value:c.textContent}const v=D.runs[i].config[key];return v===undefined?null:v}
+heads.forEach((_,j)=>{if(cells.some(r=>typeof r[j]==='number'))rows.forEach((tr,i)=>{tr.cells[j].dataset.order=isFinite(cells[i][j])?cells[i][j]:''})});
+D.keys.forEach(k=>{table.tHead.rows[0].appendChild(document.createElement('th')).textContent=k;
+rows.forEach((tr,i)=>{const v=D.runs[i].config[k];tr.insertCell().textContent=v===undefined||v===null?'':v})});
+rows.forEach(tr=>{tr.style.cursor='pointer'});
+const col=k=>k.startsWith('col:')?+k.slice(4):n+D.keys.indexOf(k),name=k=>k.startsWith('col:')?heads[+k.slice(4)]:k;
+function val(i,key){if(key.startsWith('col:'))return cells[i][+key.slice(4)];const v=D.runs[i].config[key];return v===undefined?null:v}
 function keyOf(k){if(D.keys.includes(k))return k;const j=heads.indexOf(k);if(j>=0)return 'col:'+j;
 return D.keys.find(x=>x.endsWith('.'+k))||null}
 function test(i,term){const m=term.match(/^([^=<>!]+)(!=|=|<|>)(.*)$/);if(m){const key=keyOf(m[1]);if(key===null)return false;
 const v=val(i,key),num=+m[3],isNum=m[3]!==''&&!isNaN(num)&&typeof v==='number';
 if(m[2]==='<')return isNum&&v<num;if(m[2]==='>')return isNum&&v>num;const eq=isNum?v===num:String(v)===m[3];
-return m[2]==='='?eq:!eq}const t=term.toLowerCase();return rows[i].textContent.toLowerCase().includes(t)||
-Object.entries(D.runs[i].config).some(([k,v])=>(k+'='+v).toLowerCase().includes(t))}
-function cmp(a,b){if(a===b)return 0;if(a===null)return 1;if(b===null)return -1;
-return typeof a==='number'&&typeof b==='number'?a-b:String(a).localeCompare(String(b),undefined,{numeric:true})}
-window.labRunsFilter=(text)=>rows.map((_,i)=>i).filter(i=>text.split(/\\s+/).filter(Boolean).every(t=>test(i,t)));
-window.labRunsView=()=>{const f=document.getElementById('runs-filter').value,s=sort.value,g=group.value,
-dir=+document.getElementById('runs-order').value;const shown=labRunsFilter(f);
-shown.sort((a,b)=>(g?cmp(val(a,g),val(b,g)):0)||(s?dir*cmp(val(a,s),val(b,s)):0)||a-b);
-body.querySelectorAll('tr.group').forEach(r=>r.remove());rows.forEach(r=>r.hidden=true);
-const shownKey=s&&!s.startsWith('col:')?s:g&&!g.startsWith('col:')?g:'';extra.textContent=shownKey;let last;
-shown.forEach(i=>{const r=rows[i];if(g){const v=val(i,g);if(last===undefined||cmp(v,last)){last=v;const n=shown.filter(j=>!cmp(val(j,g),v)).length,
-h=body.insertRow(-1);h.className='group';const c=h.insertCell();c.colSpan=heads.length+1;
-c.textContent=(g.startsWith('col:')?heads[+g.slice(4)]:g)+' = '+v+' ('+n+' run'+(n>1?'s':'')+')'}}
-r.cells[heads.length].textContent=shownKey?String(val(i,shownKey)):'';r.hidden=false;body.appendChild(r)});
-document.getElementById('runs-shown').textContent=shown.length+' of '+rows.length+' runs shown';
-const h=new URLSearchParams(location.hash.slice(1));[['filter',f],['sort',s],['order',dir>0?'':'-1'],['group',g]].forEach(
-([k,v])=>v?h.set(k,v):h.delete(k));history.replaceState(null,'',h.toString()?'#'+h:location.pathname+location.search);
-window.labRunsOrder=shown.map(i=>D.runs[i].name)};
+return m[2]==='='?eq:!eq}const t=term.toLowerCase();return texts[i].some(s=>s.includes(t))}
+const dt=new DataTable(table,{paging:false,autoWidth:false,order:[],layout:{topStart:'info',topEnd:null,bottomStart:null,bottomEnd:null},
+language:{info:'_TOTAL_ of _MAX_ runs shown',infoFiltered:'',infoEmpty:'0 of _MAX_ runs shown'},
+columnDefs:[{targets:D.keys.map((_,k)=>n+k),visible:false}],rowGroup:{enable:false,startRender:(rs,g)=>{const c=rs.count();
+return document.createTextNode(name(group.value)+' = '+val(rs.indexes()[0],group.value)+' ('+c+' run'+(c>1?'s':'')+')')}}});
+dt.search.fixed('lab',(s,d,i)=>filter.value.split(/\\s+/).filter(Boolean).every(t=>test(i,t)));
+function save(){const h=new URLSearchParams(location.hash.slice(1));[['filter',filter.value],['sort',sort.value],
+['order',sort.value&&order.value==='-1'?'-1':''],['group',group.value]].forEach(([k,v])=>v?h.set(k,v):h.delete(k));
+history.replaceState(null,'',h.toString()?'#'+h:location.pathname+location.search)}
+let drawing=false;function view(){const s=sort.value,g=group.value,shown=new Set([s,g].filter(k=>k&&!k.startsWith('col:')).map(col));
+drawing=true;D.keys.forEach((_,k)=>dt.column(n+k).visible(shown.has(n+k),false));dt.rowGroup().enable(!!g);
+if(g)dt.rowGroup().dataSrc(col(g));dt.order.fixed(g?{pre:[[col(g),'asc']]}:{});
+dt.order(s?[[col(s),order.value==='-1'?'desc':'asc']]:[]);dt.columns.adjust().draw();drawing=false;save()}
+dt.on('order',()=>{if(drawing)return;const o=dt.order()[0];sort.value=o?(o[0]<n?'col:'+o[0]:D.keys[o[0]-n]):'';
+if(o)order.value=o[1]==='desc'?'-1':'1';save()});
+dt.on('click','tbody tr',function(){const i=dt.row(this).index();if(i!==undefined)labRunDetail(i)});
+filter.addEventListener('input',()=>{dt.draw();save()});[sort,order,group].forEach(s=>s.addEventListener('change',view));
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'})[c]);
 window.labRunDetail=(i)=>{const r=D.runs[i],d=document.getElementById('run-detail'),cols=Object.keys(r.curves);
 const facts=[['variant',r.variant],['seed',r.seed],['state',r.state],['attempts',r.attempts+(r.attempts>1?' (resumed)':'')],
@@ -172,13 +188,25 @@ shapes:r.resumes.map(m=>({type:'line',xref:'x',yref:'paper',x0:m[0],x1:m[0],y0:0
 annotations:r.resumes.map(m=>({xref:'x',yref:'paper',x:m[0],y:1,yanchor:'bottom',showarrow:false,font:{size:10},
 text:'attempt '+m[1]+' resumed'}))},{responsive:true,displaylogo:false})};
 if(cols.length){document.getElementById('run-curve').onchange=draw;draw()}d.scrollIntoView()};
-const h=new URLSearchParams(location.hash.slice(1)),set=(id,k)=>{const e=document.getElementById(id),v=h.get(k);
-if(v!==null&&(e.tagName!=='SELECT'||[...e.options].some(o=>o.value===v)))e.value=v};
-set('runs-filter','filter');set('runs-sort','sort');set('runs-order','order');set('runs-group','group');
-labRunsView()})();</script>"""
+const h=new URLSearchParams(location.hash.slice(1)),set=(el,k)=>{const v=h.get(k);
+if(v!==null&&(el.tagName!=='SELECT'||[...el.options].some(o=>o.value===v)))el.value=v};
+set(filter,'filter');set(sort,'sort');set(order,'order');set(group,'group');view();table.dataset.ready=1})()
+.catch(err=>{window.labErrors.push(String(err));document.getElementById('js-errors').textContent=window.labErrors.join('\\n')});</script>"""
+
+
+@functools.cache
+def datatables() -> str:
+    """LOADER with itables' DataTables bundle (its CSS, its module in base64), read once per process. The bundle's
+    path is itables' own option for its offline mode (itables.options.dt_bundle); itables' offline HTML is not
+    used as is, since it decodes the module as Latin-1 and names its promise after itables' version."""
+    from itables import options  # noqa: PLC0415 - and pandas where installed (0.6 s): only for a page
+
+    js = Path(options.dt_bundle)
+    css = js.with_suffix(".css").read_text(encoding="utf-8")
+    return LOADER.replace("__B64__", base64.b64encode(js.read_bytes()).decode("ascii")).replace("__CSS__", css)
 
 
 def render(report: Report) -> tuple[str, str]:
-    """(the controls above the runs table, the detail box and script below it)."""
+    """(the controls above the runs table, the detail box, DataTables and the script below it)."""
     data = json.dumps(records(report), separators=(",", ":")).replace("</", "<\\/")
-    return CONTROLS, '<div id="run-detail"></div>' + SCRIPT.replace("LABRUNS", data, 1)
+    return CONTROLS, '<div id="run-detail"></div>' + datatables() + SCRIPT.replace("LABRUNS", data, 1)

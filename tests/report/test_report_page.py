@@ -197,28 +197,58 @@ def test_a_runs_record_has_its_state_history_with_a_killed_attempt_named(tmp_pat
                                           "finished, 1 attempt"]] and recs["0"]["resumes"] == []
 
 
+# What a person sees of the runs table: its rows top to bottom (a group's header row as [its text]), driven through
+# the controls above it as a person changes them (input and change events), and its column headers clicked.
+RUNS_SEEN = ("const b=document.body,e=id=>document.getElementById(id),t=document.querySelector('table.runs'),"
+             "seen=()=>[...t.tBodies[0].rows].map(r=>r.classList.contains('dtrg-group')?'['+r.textContent+']':r.cells[0].textContent).join(' '),"
+             "put=(id,v,ev)=>{e(id).value=v;e(id).dispatchEvent(new Event(ev))},"
+             "head=h=>[...t.tHead.rows[0].cells].find(c=>c.textContent===h).click();")
+
+
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
 def test_browser_filters_sorts_groups_the_runs_by_config_keys_and_opens_a_runs_record(tmp_path):
-    """In the page: `lr=0.003 seed!=1` keeps runs 4 and 5; grouped by task.optimizer.lr and sorted by seed
-    descending the order is 2 1 0 | 5 4 3 under two group rows; clicking run 4 shows its config, state and a
-    drawn curve."""
-    root = _ablation(tmp_path / "runs")
+    """In the page (DataTables): the filter shows exactly the runs it names, sorting by a config key or by a
+    clicked header orders the rows by its values, grouping shows one header per value with its count, and clicking
+    run 4 shows its config, state, history and a curve per attempt. The expected rows come from the configs."""
+    from collections import Counter
+
+    from lab.report import runs_view
+
+    root = _ablation(tmp_path / "runs", values={(lr, s): 3.0 + s / 10 - lr * 37 for lr in (1e-3, 3e-3) for s in (1, 2, 3)})
     _killed_and_resumed(root / "4")
-    probe = ("<script>setTimeout(()=>{const b=document.body,rows=[...document.querySelectorAll('table.runs tbody tr[data-run]')];"
-             "b.dataset.filtered=labRunsFilter('lr=0.003 seed!=1').map(i=>rows[i].cells[0].textContent).join(' ');"
-             "document.getElementById('runs-group').value='task.optimizer.lr';document.getElementById('runs-sort').value='seed';"
-             "document.getElementById('runs-order').value='-1';labRunsView();"
-             "b.dataset.order=labRunsOrder.join(' ');"
-             "b.dataset.groups=[...document.querySelectorAll('table.runs tr.group')].map(r=>r.textContent).join('|');"
-             "rows.find(r=>r.cells[0].textContent==='4').click();"
+    probe = ("<script>setTimeout(()=>{" + RUNS_SEEN + "b.dataset.ready=t.dataset.ready;"
+             "put('runs-filter','seed!=1','input');b.dataset.notseed1=seen();put('runs-filter','lr=0.003 seed!=1','input');"
+             "b.dataset.filtered=seen();put('runs-filter','abl/lr0.003','input');b.dataset.text=seen();put('runs-filter','','input');"
+             "put('runs-sort','seed','change');b.dataset.byseed=seen();"
+             "e('runs-group').value='task.optimizer.lr';put('runs-order','-1','change');b.dataset.grouped=seen();"
+             "b.dataset.heads=[...t.tHead.rows[0].cells].map(c=>c.textContent).join('|');"
+             "put('runs-group','','change');put('runs-sort','','change');head('val/loss (compared)');"
+             "setTimeout(()=>{head('val/loss (compared)');setTimeout(()=>{"  # DataTables orders a click after a timeout
+             "b.dataset.clicked=seen()+'|'+e('runs-sort').value+'|'+e('runs-order').value+'|'+location.hash;"
+             "[...t.tBodies[0].rows].find(r=>r.cells[0].textContent==='4').click()},100)},100);"
              "setTimeout(()=>{const p=document.getElementById('run-curve-plot');b.dataset.drawn=p.querySelectorAll('.main-svg').length;"
              "b.dataset.attempts=p.data.map(t=>t.name+':'+t.x.join(',')).join(' ');"
              "b.dataset.marks=p.layout.shapes.map(s=>s.x0).join(',')+' '+p.layout.annotations.map(a=>a.text).join(',');"
-             "b.dataset.history=[...document.querySelectorAll('#run-detail ol.run-history li')].map(l=>l.textContent).join('|')},500)},3000)</script>")
+             "b.dataset.history=[...document.querySelectorAll('#run-detail ol.run-history li')].map(l=>l.textContent).join('|')},800)},3000)</script>")
     dom, attr = _probed(root, probe, tmp_path / "p")
-    assert attr("filtered") == "4 5"
-    assert attr("order") == "2 1 0 5 4 3"
-    assert attr("groups") == "task.optimizer.lr = 0.001 (3 runs)|task.optimizer.lr = 0.003 (3 runs)"
+    report = collect([root])
+    runs = {r.name: r for r in report.runs}
+    names = [row[0].text for row in next(t for t in report.tables if t.name == "runs").rows]  # as written, unsorted
+    config = lambda name, key: runs[name].config[key]  # noqa: E731
+    assert attr("ready") == "1"
+    assert attr("notseed1") == " ".join(n for n in names if config(n, "seed") != 1)
+    assert attr("filtered") == " ".join(n for n in names if config(n, "seed") != 1 and config(n, "task.optimizer.lr") == 0.003)
+    assert attr("text") == " ".join(n for n in names if "abl/lr0.003" in config(n, "name"))
+    assert attr("byseed") == " ".join(sorted(names, key=lambda n: config(n, "seed")))  # stable: table order within a seed
+    counts = Counter(config(n, "task.optimizer.lr") for n in names)
+    assert attr("grouped") == " ".join(
+        f"[task.optimizer.lr = {lr} ({counts[lr]} runs)] " + " ".join(sorted((n for n in names if config(n, "task.optimizer.lr") == lr),
+                                                                         key=lambda n: -config(n, "seed")))
+        for lr in sorted(counts))
+    keys = [k for k in runs_view.records(report)["keys"] if k in ("seed", "task.optimizer.lr")]  # in the records' key order
+    assert attr("heads").split("|") == next(t for t in report.tables if t.name == "runs").header + keys  # shown while chosen
+    by_value = sorted(names, key=lambda n: -runs[n].final("val/loss"))  # the header clicked twice: descending
+    assert attr("clicked") == " ".join(by_value) + "|col:5|-1|#sort=col%3A5&order=-1"
     detail = re.search(r'<div id="run-detail" data-run="4">.*?</details>', dom, re.S).group(0)
     assert "<td>task.optimizer.lr</td><td>0.003</td>" in detail and "<td>state</td><td>finished</td>" in detail
     assert int(attr("drawn")) >= 1
@@ -234,19 +264,37 @@ def test_browser_the_runs_tables_filter_sort_and_group_survive_a_reload(tmp_path
     """A reload (--watch, --serve) or a shared link lost the runs table's filter, sort and group: the first load
     sets them and the smoothing, then reloads; the second reads back the controls, the rows shown and the address."""
     root = _ablation(tmp_path / "runs")
-    probe = ("<script>setTimeout(()=>{const b=document.body,e=id=>document.getElementById(id);"
-             "if(!sessionStorage.getItem('reloaded')){sessionStorage.setItem('reloaded','1');e('runs-filter').value='seed!=1';e('runs-sort').value='seed';"
-             "e('runs-order').value='-1';e('runs-group').value='task.optimizer.lr';labRunsView();"
+    probe = ("<script>setTimeout(()=>{" + RUNS_SEEN +
+             "if(!sessionStorage.getItem('reloaded')){sessionStorage.setItem('reloaded','1');put('runs-filter','seed!=1','input');"
+             "e('runs-sort').value='seed';e('runs-order').value='-1';put('runs-group','task.optimizer.lr','change');"
              "e('smooth').value='0.5';labControls();location.reload();return}"
              "b.dataset.controls=['runs-filter','runs-sort','runs-order','runs-group','smooth'].map(i=>e(i).value).join('|');"
-             "b.dataset.order=labRunsOrder.join(' ');b.dataset.hash=location.hash},3000)</script>")
+             "b.dataset.order=seen();b.dataset.hash=location.hash},3000)</script>")
     _, attr = _probed(root, probe, tmp_path / "p")
     assert attr("controls") == "seed!=1|seed|-1|task.optimizer.lr|0.5"
-    assert attr("order") == "2 1 5 4"  # lr=0.001's seeds 3 2, then lr=0.003's, seed 1 filtered out
+    # lr=0.001's seeds 3 2, then lr=0.003's, seed 1 filtered out
+    assert attr("order") == "[task.optimizer.lr = 0.001 (2 runs)] 2 1 [task.optimizer.lr = 0.003 (2 runs)] 5 4"
     from urllib.parse import parse_qs
 
     assert parse_qs(attr("hash")[1:]) == {"filter": ["seed!=1"], "sort": ["seed"], "order": ["-1"],
                                           "group": ["task.optimizer.lr"], "x": ["step"], "smooth": ["0.5"], "seeds": ["0"]}
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_the_runs_table_library_is_inlined_and_orders_numbers_by_value(tmp_path):
+    """The table library (DataTables) is in the page: with every host name unresolvable, the page loads no
+    resource but its own blob (a CDN's script would be listed, and the table would stay as written). A loss
+    column holding a diverged run's "nan" orders by value (as text, "10.5" came before "9.5"), the nan as empty."""
+    nan = float("nan")
+    root = _ablation(tmp_path / "runs", lrs=(1e-3, 3e-3), seeds=(1, 2),
+                     values={(1e-3, 1): 9.5, (1e-3, 2): 10.5, (3e-3, 1): 9.7, (3e-3, 2): nan})
+    probe = ("<script>setTimeout(()=>{" + RUNS_SEEN + "b.dataset.ready=t.dataset.ready;"
+             "b.dataset.loaded=performance.getEntriesByType('resource').map(r=>r.name).filter(u=>!u.startsWith('blob:')).join(' ');"
+             "head('val/loss (last logged)');setTimeout(()=>{b.dataset.ordered=seen()},100)},3000)</script>")
+    _, attr = _probed(root, probe, tmp_path / "p", "--host-resolver-rules=MAP * ~NOTFOUND")
+    assert attr("ready") == "1" and attr("loaded") == ""
+    final = {r.name: r.final("val/loss") for r in collect([root]).runs}
+    assert attr("ordered") == " ".join(sorted(final, key=lambda n: -math.inf if math.isnan(final[n]) else final[n]))
 
 
 # ---------------------------------------------------------------------------------------------- --serve (item 6)
@@ -363,9 +411,18 @@ class _Chromium:
 
     def wait(self, expression: str, what: str, timeout: float = 60):
         deadline = time.monotonic() + timeout
-        while not self.js(expression):
+        while not self._now(expression):
             assert time.monotonic() < deadline, (what, self.js("[window.labLive,window.labLiveVersion]"))
             time.sleep(0.2)
+
+    def _now(self, expression: str):
+        """The expression's value, or None when the page reloaded while it was evaluated (the reload waited for)."""
+        try:
+            return self.js(expression)
+        except AssertionError as e:
+            if "Inspected target navigated or closed" in str(e) or "Execution context was destroyed" in str(e):
+                return None
+            raise
 
     def close(self):
         self.proc.kill()
