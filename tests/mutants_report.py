@@ -20,6 +20,7 @@ TAGS = "tests/runtime/trainer/test_wandb.py::test_a_sweep_jobs_tags_are_its_choi
 REPORT_WANDB = T + "test_tables_go_to_wandb_under_the_sweeps_group"
 LIVE = T + "test_watch_makes_the_open_page_reload_itself_while_a_run_is_running"
 SEEN = T + "test_browser_two_presets_every_point_inside_its_axes_and_legends_leave_room_for_the_plot"
+LEGEND_ROOM = "tests/report/test_report_page.py::test_browser_legends_leave_the_plot_its_height_and_its_axis_title"
 READ_STEP = T + "test_the_summary_names_the_step_it_read_and_a_killed_run_does_not_pull_the_others_back"
 
 MUTANTS = [
@@ -70,5 +71,12 @@ MUTANTS = [
     ("lab.report --watch: the page reloads after every run ended", "lab/report/__main__.py",
      'live = args.watch and any(r.status == "running" for r in report.runs)', "live = args.watch", [LIVE]),
     ("lab.report: legends beside the plot", "lab/report/charts.py",
-     'orientation="h", yanchor="top", y=-0.18, x=0', "", [SEEN]),
+     'orientation="h", yref="container", yanchor="bottom", y=0, x=0', "", [SEEN, LEGEND_ROOM]),
+    ("lab.report: the legend placed under the plot, over its x-axis title", "lab/report/charts.py",
+     'yref="container", yanchor="bottom", y=0, x=0', 'yanchor="top", y=-0.18, x=0', [LEGEND_ROOM]),
+    ("lab.report: long labels cut at the end (two variants one legend entry)", "lab/report/charts.py",
+     'return text[:head] + "…" + text[len(text) - (LABEL_MAX - 1 - head):]', 'return text[: LABEL_MAX - 1] + "…"',
+     [T + "test_legend_and_point_labels_are_bounded"]),
+    ("lab.report: an entry per seed in every legend", "lab/report/charts.py",
+     'legendgroup=v.label, showlegend=False,', "legendgroup=v.label,", [LEGEND_ROOM]),
 ]

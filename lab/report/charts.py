@@ -39,7 +39,12 @@ LABEL_MAX = 32
 
 
 def bounded(text: str) -> str:
-    return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
+    """text cut in the middle to LABEL_MAX characters: variant labels share their keys' names and differ in values,
+    often the last ones (norm_placement=pre / =post were one legend entry twice when cut at the end)."""
+    if len(text) <= LABEL_MAX:
+        return text
+    head = (LABEL_MAX - 1) // 2
+    return text[:head] + "…" + text[len(text) - (LABEL_MAX - 1 - head):]
 
 
 def color(i: int) -> str:
@@ -49,8 +54,10 @@ def color(i: int) -> str:
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_toggle: bool = True) -> go.Figure:
     fig.update_layout(title=dict(text=title, font=dict(size=13)), xaxis_title=x, yaxis_title=y, height=340,
                       margin=dict(l=55, r=10, t=55, b=40), hovermode="x unified", template="plotly_white",
-                      # below the plot, not beside it: a legend of long variant labels left the plot a sliver
-                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.18, x=0),
+                      # below the plot, not beside it (a legend of long variant labels left the plot a sliver),
+                      # at the chart's bottom edge, where plotly makes room for it under the x-axis title: placed
+                      # relative to the plot it covered that title
+                      legend=dict(font=dict(size=10), orientation="h", yref="container", yanchor="bottom", y=0, x=0),
                       updatemenus=LOG_TOGGLE if log_toggle else [])
     return fig
 
@@ -93,7 +100,8 @@ def _mean_x(v: Variant, steps: list[float]) -> dict[str, list[float]]:
 def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Figure]]:
     """Every metric against step: a line per variant (mean over the seeds that logged each step; hover and
     legend say how many), a ± 1 std band when it has seeds, each seed's own curve (hidden until the page's
-    "seeds" switch or a legend click shows it), and a dotted line at the common step the runs are compared
+    "seeds" switch shows it; named on hover, not in the legend, which lists the variants: an entry per seed
+    squeezed the plot), and a dotted line at the common step the runs are compared
     at when some stopped earlier. Each trace carries its x values by tokens seen and training time (meta.x)
     for the page's x-axis switch."""
     out = []
@@ -125,7 +133,7 @@ def curves(variants: list[Variant], columns: list[str]) -> list[tuple[str, go.Fi
                                              hovertemplate=f"diverged at step {r.diverged_at:,}<extra></extra>"))
                 if len(v.runs) > 1 and xs:
                     flag = "" if r.status == "finished" and not r.resumed else f" [{r.status}{', resumed' if r.resumed else ''}]"
-                    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label,
+                    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", visible="legendonly", legendgroup=v.label, showlegend=False,
                                              line=dict(color=color(i), width=0.8, dash="dot"), name=f"{bounded(v.label)} {v.seed_label(r)}{flag}",
                                              hovertemplate="%{y:.4g}",
                                              meta=dict(kind="seed", smooth=smooth,

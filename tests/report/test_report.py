@@ -1020,7 +1020,10 @@ def test_three_presets_and_a_key_swept_beside_them_stay_separate_factors(tmp_pat
 def test_legend_and_point_labels_are_bounded():
     from lab.report.charts import LABEL_MAX, bounded
 
-    assert bounded("x" * LABEL_MAX) == "x" * LABEL_MAX and bounded("x" * 100) == "x" * (LABEL_MAX - 1) + "…"
+    assert bounded("x" * LABEL_MAX) == "x" * LABEL_MAX and len(bounded("x" * 100)) == LABEL_MAX
+    # cut in the middle: two variants that differ in their last value stay two legend entries
+    pre, post = "norm=layernorm norm_placement=pre", "norm=layernorm norm_placement=post"
+    assert bounded(pre) == "norm=layernorm …rm_placement=pre" and bounded(post) == "norm=layernorm …m_placement=post"
 
 
 # ---------------------------------------------------------------------------------------------- live

@@ -124,6 +124,27 @@ def test_browser_no_axis_stretched_past_the_data_and_no_point_label_cut(tmp_path
     assert all(end <= last + 0.1 * (last - first) for end, first, last in ranges.values()), ranges
 
 
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (apt-get install -y chromium)")
+def test_browser_legends_leave_the_plot_its_height_and_its_axis_title(tmp_path):
+    """The README's example shape, 3 variants x 2 seeds, as drawn: each curve chart's legend lists the 3 variants
+    (a legend entry per seed took most of the chart and scrolled), does not cover the x-axis title (placed 0.18 of
+    the plot's height under the plot, it sat on "step"), and the plot area keeps at least 45% of the chart's height
+    and 75% of its width (beside the plot, the legend of long labels takes a third)."""
+    for job, (variant, seed) in enumerate((v, s) for v in ("learned", "rotary", "sinusoidal_with_a_long_name") for s in (1, 2)):
+        _curve_run(tmp_path / str(job), variant, seed, 400, 0.003)
+    probe = ("<script>setTimeout(()=>{const out={};document.querySelectorAll('.chart.curve').forEach(d=>{"
+             "const c=d.getBoundingClientRect(),area=d.querySelector('.nsewdrag').getBoundingClientRect(),"
+             "title=d.querySelector('.xtitle').getBoundingClientRect(),legend=d.querySelector('.legend').getBoundingClientRect();"
+             "out[d.title]={entries:d.querySelectorAll('.legend .traces').length,height:area.height/c.height,width:area.width/c.width,"
+             "covers:title.bottom>legend.top&&legend.bottom>title.top&&title.right>legend.left&&legend.right>title.left}});"
+             "document.body.dataset.legends=JSON.stringify(out)},3000)</script>")
+    _, attr = _probed(tmp_path, probe, tmp_path / "p")
+    legends = json.loads(attr("legends"))
+    assert set(legends) >= {"val/loss", "train/loss"}
+    for chart, seen in legends.items():
+        assert seen["entries"] == 3 and not seen["covers"] and seen["height"] >= 0.45 and seen["width"] >= 0.75, (chart, seen)
+
+
 # ---------------------------------------------------------------------------------------------- runs table (item 6)
 
 
