@@ -79,6 +79,8 @@ MUTANTS = [
     ("rotary's complex turns go the wrong way", "lab/nn/positions.py",
      'torch.stack((cos, sin), dim=-1), persistent=False)', 'torch.stack((cos, -sin), dim=-1), persistent=False)',
      ["tests/nn/test_attention.py"]),
+    ("rotary views an odd-offset slice as complex", "lab/nn/positions.py",
+     "x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and", "x.stride(-1) == 1 and", ["tests/nn/test_attention.py"]),
     ("rotary's complex turns ignore the start position", "lab/nn/positions.py",
      "self.turns[start : start + T]", "self.turns[:T]", ["tests/nn/test_attention.py"]),
     ("rotary rotates with the wrong sign", "lab/nn/positions.py",

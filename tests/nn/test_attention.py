@@ -172,6 +172,17 @@ def test_rotary_and_its_gradient_equal_a_pair_by_pair_rotation(seq_dim, dtype):
     torch.testing.assert_close(grad.double(), naive_rotation(g, positions, inverse=True), atol=1e-6, rtol=0)
 
 
+def test_rotary_of_a_view_that_cannot_be_complex_takes_the_pair_swap():
+    """float32 features at an odd offset (a slice one column into a wider tensor, every stride even) cannot be
+    viewed as complex numbers in place: they take the pair swap and still equal the pair-by-pair rotation;
+    treating them as complex raises (view_as_complex's rule)."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(head_dim=8, max_len=16)
+    wide = torch.randn(2, 3, 5, 10)
+    x = wide[..., 1:9]  # [B, H, T, hd], storage offset 1
+    torch.testing.assert_close(rope(x, start=2).double(), naive_rotation(x, list(range(2, 7))), atol=1e-6, rtol=0)
+
+
 def test_attention_with_qk_norm_and_rotary_equals_a_naive_computation_with_its_gradients():
     """The fast recipe's attention (qk_norm, rotary, grouped-query: queries and keys normalised and rotated as one
     tensor in the projection's layout) against float64 by hand: each head's RMS norm and its own gain, each pair
